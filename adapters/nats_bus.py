@@ -1,0 +1,258 @@
+"""NATS: the connection, the JetStream streams of the public contract, command intake and the
+event publisher the relay uses."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import nats.errors
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import (
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError
+from nats.nuid import NUID
+
+log = logging.getLogger(__name__)
+
+Connection = Client
+__all__ = ["Connection", "Subscription"]  # re-exported for the wiring
+
+EVENTS_STREAM = "WINGSMITH_EVENTS"
+POSITION_HEADER = "Wingsmith-Position"
+
+STREAMS = [
+    StreamConfig(
+        name=EVENTS_STREAM,
+        subjects=["wingsmith.evt.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        duplicate_window=120.0,
+        description="Domain events, in event-store order, each exactly once",
+    ),
+    StreamConfig(
+        name="WINGSMITH_RENDER",
+        subjects=["wingsmith.render.>"],
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        description="Desired state per deployment: the latest value per subject",
+    ),
+    StreamConfig(
+        name="WINGSMITH_OBS",
+        subjects=["wingsmith.obs.>"],
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=7 * 24 * 3600.0,
+        description="Observations from cluster operators",
+    ),
+    StreamConfig(
+        name="WINGSMITH_PROJ",
+        subjects=["wingsmith.proj.>"],
+        storage=StorageType.FILE,
+        description="Projection updates",
+    ),
+]
+
+
+async def connect(url: str, name: str) -> Client:
+    """A connection that keeps reconnecting for as long as the process runs."""
+    nc = Client()
+
+    async def on_error(e: Exception) -> None:
+        log.warning("nats: %s", e)
+
+    async def on_disconnect() -> None:
+        if not nc.is_closed:
+            log.warning("nats: disconnected from %s", url)
+
+    async def on_reconnect() -> None:
+        log.info("nats: reconnected to %s", url)
+
+    await nc.connect(
+        url,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.2,  # type: ignore[arg-type]  # a float is fine at run time
+        connect_timeout=5,
+        error_cb=on_error,
+        disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect,
+        pending_size=64 * 1024 * 1024,
+    )
+    return nc
+
+
+async def ensure_streams(nc: Client) -> None:
+    js = nc.jetstream()
+    for config in STREAMS:
+        try:
+            await js.add_stream(config)
+        except BadRequestError:  # exists with another config: bring it to ours
+            await js.update_stream(config)
+
+
+class NatsPublisher:
+    """Core NATS publish, for replies."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        await self._nc.publish(subject, payload)
+
+
+async def subscribe_commands(
+    nc: Client, handle: Callable[[str, bytes, str | None], Awaitable[None]]
+) -> Subscription:
+    """All hubs share one queue group, so each command reaches one of them."""
+
+    async def on_message(msg: Msg) -> None:
+        await handle(msg.subject, msg.data, msg.reply or None)
+
+    return await nc.subscribe(
+        "wingsmith.cmd.>", queue="wingsmith-hub", cb=on_message, pending_msgs_limit=1_000_000
+    )
+
+
+class PublishFailed(Exception):
+    """The stream did not take a batch as a whole, in order; resynchronise from its tail."""
+
+
+class StreamTail(NamedTuple):
+    seq: int  # the stream's last sequence
+    position: int  # the store position of the event at that sequence
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    subject: str
+    payload: bytes
+    msg_id: str
+    position: int
+
+
+class EventPublisher:
+    """Publishes batches to a stream, pipelined, with every message saying which sequence must
+    precede it: the stream then holds a gap-free prefix of what was sent, whatever fails."""
+
+    def __init__(self, nc: Client, stream: str = EVENTS_STREAM, ack_timeout: float = 3.0):
+        self._nc, self._js = nc, nc.jetstream()
+        self.stream, self.ack_timeout = stream, ack_timeout
+        self._inbox = f"_WS_RELAY.{NUID().next().decode()}"
+        self._epochs = itertools.count()
+        self._epoch = -1
+        self._expected = 0
+        self._acked = 0
+        self._done: asyncio.Future[None] | None = None
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+    async def tail(self) -> StreamTail:
+        info = await self._js.stream_info(self.stream)
+        last = info.state.last_seq
+        if not last:
+            return StreamTail(0, 0)
+        msg = await self._js.get_msg(self.stream, seq=last)
+        return StreamTail(last, int((msg.headers or {}).get(POSITION_HEADER, 0)))
+
+    async def publish(self, messages: list[OutMessage], after_seq: int) -> int:
+        """Append `messages` right after stream sequence `after_seq`; returns the new last
+        sequence once every message is acknowledged, or raises `PublishFailed`."""
+        self._epoch = next(self._epochs)
+        self._expected, self._acked = len(messages), 0
+        self._done = asyncio.get_running_loop().create_future()
+        reply = f"{self._inbox}.{self._epoch}"
+        for i, m in enumerate(messages):
+            headers = {
+                "Nats-Msg-Id": m.msg_id,
+                "Nats-Expected-Last-Sequence": str(after_seq + i),
+                POSITION_HEADER: str(m.position),
+            }
+            await self._nc.publish(m.subject, m.payload, reply=reply, headers=headers)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._done), self.ack_timeout)
+        except TimeoutError:
+            raise PublishFailed(f"no acknowledgement within {self.ack_timeout}s") from None
+        finally:
+            self._epoch = -1
+        return after_seq + len(messages)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        if msg.subject.rpartition(".")[2] != str(self._epoch) or self._done is None:
+            return  # an acknowledgement of an abandoned batch
+        if self._done.done():
+            return
+        ack: dict[str, Any] = orjson.loads(msg.data)
+        if "error" in ack or ack.get("duplicate"):
+            self._done.set_exception(PublishFailed(str(ack.get("error") or "duplicate")))
+            return
+        self._acked += 1
+        if self._acked == self._expected:
+            self._done.set_result(None)
+
+
+async def request(nc: Client, subject: str, payload: bytes, timeout: float) -> bytes:
+    msg = await nc.request(subject, payload, timeout=timeout)
+    return bytes(msg.data)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+async def read_stream(
+    nc: Client, stream: str, subject: str, *, follow: bool, start_seq: int = 1
+) -> AsyncIterator[StreamMessage]:
+    """Messages of `stream` matching `subject` from `start_seq`, through an ordered consumer;
+    without `follow` it ends once it has caught up with the stream."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    if not follow and info.state.messages == 0:
+        return
+    sub = await js.subscribe(
+        subject,
+        stream=stream,
+        ordered_consumer=True,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start_seq, 1)
+        ),
+    )
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=1.0 if not follow else 3600.0)
+            except nats.errors.TimeoutError:
+                if follow:
+                    continue
+                return
+            meta = msg.metadata
+            yield StreamMessage(
+                meta.sequence.stream, msg.subject, bytes(msg.data), dict(msg.headers or {})
+            )
+            if not follow and meta.num_pending == 0:
+                return
+    finally:
+        await sub.unsubscribe()

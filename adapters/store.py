@@ -1,0 +1,161 @@
+"""The event store: eventsourcing's recorders with pydantic events and orjson.
+
+SQLite by default, PostgreSQL for a `postgresql://` URL. The store is synchronous, and a SQLite
+connection belongs to its thread, so callers give it one thread of its own (`StoreThread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import parse_qs, unquote, urlparse
+
+import orjson
+from eventsourcing.application import Application
+from eventsourcing.persistence import (
+    IntegrityError,
+    Mapper,
+    Notification,
+    StoredEvent,
+    Transcoder,
+)
+from eventsourcing.utils import get_topic, resolve_topic
+
+from domain.base import Aggregate, Event, replay
+
+__all__ = ["Conflict", "EventStore", "Notification", "StoreThread", "store_env"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class OrjsonTranscoder(Transcoder):
+    def encode(self, obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+    def decode(self, data: bytes) -> Any:
+        return orjson.loads(data)
+
+
+class PydanticMapper(Mapper[str]):
+    """Stores an event's fields as JSON and rebuilds it through its own pydantic model, so
+    datetimes, enums and nested values come back typed rather than as strings."""
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        state = domain_event.model_dump(exclude={"originator_id", "originator_version"})
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=get_topic(type(domain_event)),
+            state=self.transcoder.encode(state),
+        )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        return decode_event(stored_event)
+
+
+def decode_event(stored: StoredEvent) -> Event:
+    cls: type[Event] = resolve_topic(stored.topic)
+    state = orjson.loads(stored.state)
+    state["originator_id"] = stored.originator_id
+    state["originator_version"] = stored.originator_version
+    return cls.model_validate(state)
+
+
+def store_env(url: str | None, data_dir: Path) -> dict[str, str]:
+    """eventsourcing's settings for a store URL (None: a SQLite file in the data directory)."""
+    env = {
+        "ORIGINATOR_ID_TYPE": "text",
+        "TRANSCODER_TOPIC": get_topic(OrjsonTranscoder),
+        "MAPPER_TOPIC": get_topic(PydanticMapper),
+    }
+    if url is None or url.startswith("sqlite:"):
+        path = urlparse(url).path if url else str(data_dir / "events.sqlite")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return env | {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path}
+    parts = urlparse(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"WINGSMITH_STORE: unsupported scheme {parts.scheme!r}")
+    query = parse_qs(parts.query)
+    env |= {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": parts.path.lstrip("/") or "postgres",
+        "POSTGRES_HOST": parts.hostname or "127.0.0.1",
+        "POSTGRES_PORT": str(parts.port or 5432),
+        "POSTGRES_USER": unquote(parts.username or os.environ.get("USER", "postgres")),
+        "POSTGRES_PASSWORD": unquote(parts.password or ""),
+    }
+    if "schema" in query:
+        env["POSTGRES_SCHEMA"] = query["schema"][0]
+    return env
+
+
+class Conflict(Exception):
+    """Another writer stored one of these aggregate versions first; nothing was saved."""
+
+
+class _Wingsmith(Application[str]):
+    name = "Wingsmith"
+
+
+class EventStore:
+    """Saves and reads events. Synchronous: call it from one thread (see `StoreThread`)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._app = _Wingsmith(env=env)  # keep the reference: dropping it closes the pool
+        self._recorder = self._app.recorder
+
+    def save(self, events: Sequence[Event]) -> list[Notification]:
+        """Append events in one transaction; `IntegrityError` when a version is taken."""
+        if not events:
+            return []
+        try:
+            return [r.notification for r in self._app.events.put(events)]
+        except IntegrityError as e:
+            raise Conflict(str(e)) from e
+
+    def history(self, aggregate_id: str) -> list[Event]:
+        return list(self._app.events.get(aggregate_id))  # type: ignore[arg-type]
+
+    def load(self, aggregate_id: str) -> Aggregate | None:
+        return replay(self.history(aggregate_id))
+
+    def read(self, after: int, limit: int, stop: int | None = None) -> list[Notification]:
+        """Notifications with positions in (after, stop], in store order."""
+        return list(
+            self._recorder.select_notifications(after, limit, stop=stop, inclusive_of_start=False)
+        )
+
+    def last_position(self) -> int:
+        return self._recorder.max_notification_id() or 0
+
+    def close(self) -> None:
+        self._app.close()
+
+
+class StoreThread:
+    """One thread for all store work: SQLite connections are bound to their thread."""
+
+    def __init__(self, store: EventStore, executor: ThreadPoolExecutor) -> None:
+        self.store = store
+        self._executor = executor
+
+    @classmethod
+    async def open(cls, env: dict[str, str]) -> StoreThread:
+        """Open the store on its own thread, where every later call will run."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wingsmith-store")
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(executor, EventStore, env)
+        return cls(store, executor)
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    async def close(self) -> None:
+        await self.run(self.store.close)
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,385 @@
+"""A deployment: one workload on one cluster, the unit an operator reconciles.
+
+It is plane-declared (desired_replicas, enabled, serving config, engine_args) and cluster-observed
+(status, live_digests, imported_args). Each side has its own methods and its own events, and the
+`Cause.writer` guard keeps one from writing the other's fields.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from domain.base import (
+    Aggregate,
+    Cause,
+    Created,
+    DomainError,
+    Event,
+    IllegalTransition,
+    InvalidValue,
+    Writer,
+    require_writer,
+)
+from domain.values import Frozen, ServingConfig
+
+
+class AdmissionPhase(StrEnum):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    PLACED = "placed"
+    RUNNING = "running"
+    FAILED = "failed"
+
+
+class AdmissionReason(StrEnum):
+    AWAITING_ADMISSION = "awaiting_admission"
+    INSUFFICIENT_QUOTA = "insufficient_quota"
+    INSUFFICIENT_CAPACITY = "insufficient_capacity"
+    WAITING_FOR_PREVIOUS_GENERATION = "waiting_for_previous_generation"
+    DISABLED = "disabled"
+    CLUSTER_FAILURE = "cluster_failure"
+
+
+class Authority(StrEnum):
+    MANAGED = "managed"
+    OBSERVED = "observed"
+
+
+class ClusterPhase(StrEnum):
+    """What the cluster says it did; distinct from the plane's admission phase."""
+
+    PENDING = "pending"
+    PROGRESSING = "progressing"
+    READY = "ready"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+# Which admission phase may follow which. Any phase may fall back to pending (re-admission),
+# and anything but a failure may fail.
+TRANSITIONS: dict[AdmissionPhase, frozenset[AdmissionPhase]] = {
+    AdmissionPhase.PENDING: frozenset({AdmissionPhase.PENDING, AdmissionPhase.ADMITTED}),
+    AdmissionPhase.ADMITTED: frozenset({AdmissionPhase.PENDING, AdmissionPhase.PLACED}),
+    AdmissionPhase.PLACED: frozenset({AdmissionPhase.PENDING, AdmissionPhase.RUNNING}),
+    AdmissionPhase.RUNNING: frozenset({AdmissionPhase.PENDING, AdmissionPhase.PLACED}),
+    AdmissionPhase.FAILED: frozenset({AdmissionPhase.PENDING}),
+}
+for _phase, _next in list(TRANSITIONS.items()):
+    if _phase is not AdmissionPhase.FAILED:
+        TRANSITIONS[_phase] = _next | {AdmissionPhase.FAILED}
+
+
+class DeploymentStatus(Frozen):
+    phase: ClusterPhase
+    reason: str | None = Field(default=None, max_length=256)
+    message: str | None = Field(default=None, max_length=4096)
+    ready_replicas: int = Field(ge=0)
+    desired_replicas: int = Field(ge=0)
+
+
+class AuthorityDrift(DomainError):
+    """Promoting would change what the running engine was started with."""
+
+    code = "authority_drift"
+
+
+class Deployment(Aggregate):
+    kind = "deployment"
+    workload_id: str
+    cluster_id: str
+    project: str
+    device_class: str
+    desired_replicas: int
+    admission_phase: AdmissionPhase
+    admission_reason: AdmissionReason | None
+    generation: int
+    authority: Authority
+    enabled: bool
+    serving: ServingConfig
+    serving_digest: str
+    engine_args: tuple[str, ...]
+    imported_args: tuple[str, ...] | None
+    status: DeploymentStatus | None
+    live_digests: dict[str, int]
+
+    @staticmethod
+    def key_for(workload_id: str, cluster_id: str) -> str:
+        return f"{workload_id}--{cluster_id}"
+
+    @classmethod
+    def create(
+        cls,
+        cause: Cause,
+        *,
+        workload_id: str,
+        cluster_id: str,
+        project: str,
+        device_class: str,
+        serving: ServingConfig,
+        desired_replicas: int,
+        authority: Authority = Authority.MANAGED,
+        engine_args: tuple[str, ...] = (),
+        imported_args: tuple[str, ...] | None = None,
+    ) -> Deployment:
+        _check_replicas(desired_replicas)
+        if authority is Authority.MANAGED and imported_args is not None:
+            raise InvalidValue(
+                "a managed deployment is declared by the plane and has no imported_args",
+                field="imported_args",
+            )
+        return cls._start(
+            DeploymentCreated,
+            cls.key_for(workload_id, cluster_id),
+            cause,
+            workload_id=workload_id,
+            cluster_id=cluster_id,
+            project=project,
+            device_class=device_class,
+            serving=serving,
+            serving_digest=serving.digest(),
+            desired_replicas=desired_replicas,
+            authority=authority,
+            engine_args=engine_args,
+            imported_args=imported_args,
+        )
+
+    # -- plane-declared ---------------------------------------------------------------------
+
+    def scale(self, cause: Cause, desired_replicas: int) -> None:
+        require_writer(cause, Writer.PLANE, "desired_replicas")
+        _check_replicas(desired_replicas)
+        if desired_replicas != self.desired_replicas:
+            self._record(DeploymentScaled, cause, desired_replicas=desired_replicas)
+
+    def enable(self, cause: Cause) -> None:
+        require_writer(cause, Writer.PLANE, "enabled")
+        if not self.enabled:
+            self._record(DeploymentEnabled, cause)
+
+    def disable(self, cause: Cause) -> None:
+        require_writer(cause, Writer.PLANE, "enabled")
+        if self.enabled:
+            self._record(DeploymentDisabled, cause)
+
+    def set_engine_args(self, cause: Cause, engine_args: tuple[str, ...]) -> None:
+        require_writer(cause, Writer.PLANE, "engine_args")
+        if engine_args != self.engine_args:
+            self._record(EngineArgsSet, cause, engine_args=engine_args)
+
+    def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
+        """A new serving configuration is a new generation; an equal one changes nothing."""
+        require_writer(cause, Writer.PLANE, "serving config")
+        digest = serving.digest()
+        if digest == self.serving_digest:
+            return False
+        self._record(
+            ServingConfigChanged,
+            cause,
+            generation=self.generation + 1,
+            serving=serving,
+            serving_digest=digest,
+        )
+        return True
+
+    def promote_authority(self, cause: Cause, *, force: bool = False) -> None:
+        """observed -> managed, the one way authority ever changes."""
+        require_writer(cause, Writer.PLANE, "authority")
+        if self.authority is Authority.MANAGED:
+            return
+        if self.imported_args is not None and self.imported_args != self.engine_args and not force:
+            raise AuthorityDrift(
+                "engine_args differ from the imported_args the engine runs with; promoting would "
+                "restart it (review engine_args, or pass force)",
+                field="engine_args",
+                engine_args=list(self.engine_args),
+                imported_args=list(self.imported_args),
+            )
+        self._record(AuthorityPromoted, cause, authority=Authority.MANAGED, forced=force)
+
+    def decide_admission(
+        self,
+        cause: Cause,
+        *,
+        admitted: bool,
+        reason: AdmissionReason | None,
+        evidence: dict[str, int],
+    ) -> None:
+        require_writer(cause, Writer.PLANE, "admission")
+        phase = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
+        if not admitted and reason is None:
+            raise InvalidValue("a deployment left pending needs a reason", field="reason")
+        self._check_transition(phase)
+        if (phase, reason) != (self.admission_phase, self.admission_reason):
+            self._record(AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence)
+
+    # -- cluster-observed -------------------------------------------------------------------
+
+    def mark_placed(self, cause: Cause) -> None:
+        self._observe_phase(cause, AdmissionPhase.PLACED, DeploymentPlaced)
+
+    def mark_running(self, cause: Cause) -> None:
+        self._observe_phase(cause, AdmissionPhase.RUNNING, DeploymentRunning)
+
+    def mark_failed(self, cause: Cause, reason: str, message: str) -> None:
+        require_writer(cause, Writer.CLUSTER, "failure")
+        if self.admission_phase is AdmissionPhase.FAILED:
+            return
+        self._check_transition(AdmissionPhase.FAILED)
+        self._record(DeploymentFailed, cause, reason=reason, message=message)
+
+    def observe_status(self, cause: Cause, status: DeploymentStatus) -> None:
+        require_writer(cause, Writer.CLUSTER, "status")
+        if status != self.status:
+            self._record(StatusObserved, cause, status=status)
+
+    def observe_live_digests(self, cause: Cause, live_digests: dict[str, int]) -> None:
+        require_writer(cause, Writer.CLUSTER, "live_digests")
+        if any(count < 0 for count in live_digests.values()):
+            raise InvalidValue("replica counts cannot be negative", field="live_digests")
+        live = {digest: count for digest, count in live_digests.items() if count}
+        if live != self.live_digests:
+            self._record(LiveDigestsObserved, cause, live_digests=live)
+
+    def observe_imported_args(self, cause: Cause, imported_args: tuple[str, ...]) -> None:
+        require_writer(cause, Writer.CLUSTER, "imported_args")
+        if imported_args != self.imported_args:
+            self._record(ImportedArgsObserved, cause, imported_args=imported_args)
+
+    def _observe_phase(self, cause: Cause, phase: AdmissionPhase, event: type[Event]) -> None:
+        require_writer(cause, Writer.CLUSTER, f"the {phase.value} phase")
+        if phase is not self.admission_phase:
+            self._check_transition(phase)
+            self._record(event, cause)
+
+    def _check_transition(self, phase: AdmissionPhase) -> None:
+        if phase not in TRANSITIONS[self.admission_phase]:
+            raise IllegalTransition(
+                f"admission phase cannot go from {self.admission_phase.value} to {phase.value}",
+                field="admission_phase",
+            )
+
+
+def _check_replicas(replicas: int) -> None:
+    if replicas < 0:
+        raise InvalidValue("desired_replicas cannot be negative", field="desired_replicas")
+
+
+class DeploymentCreated(Created):
+    aggregate_class = Deployment
+    workload_id: str
+    cluster_id: str
+    project: str
+    device_class: str
+    serving: ServingConfig
+    serving_digest: str
+    desired_replicas: int
+    authority: Authority
+    engine_args: tuple[str, ...]
+    imported_args: tuple[str, ...] | None
+
+    def apply(self, d: Any) -> None:
+        d.workload_id, d.cluster_id, d.project = self.workload_id, self.cluster_id, self.project
+        d.device_class, d.desired_replicas = self.device_class, self.desired_replicas
+        d.serving, d.serving_digest, d.generation = self.serving, self.serving_digest, 1
+        d.authority, d.enabled = self.authority, True
+        d.engine_args, d.imported_args = self.engine_args, self.imported_args
+        d.admission_phase = AdmissionPhase.PENDING
+        d.admission_reason = AdmissionReason.AWAITING_ADMISSION
+        d.status, d.live_digests = None, {}
+
+
+class DeploymentScaled(Event):
+    desired_replicas: int
+
+    def apply(self, d: Any) -> None:
+        d.desired_replicas = self.desired_replicas
+
+
+class DeploymentEnabled(Event):
+    def apply(self, d: Any) -> None:
+        d.enabled = True
+
+
+class DeploymentDisabled(Event):
+    def apply(self, d: Any) -> None:
+        d.enabled = False
+
+
+class EngineArgsSet(Event):
+    engine_args: tuple[str, ...]
+
+    def apply(self, d: Any) -> None:
+        d.engine_args = self.engine_args
+
+
+class ServingConfigChanged(Event):
+    generation: int
+    serving: ServingConfig
+    serving_digest: str
+
+    def apply(self, d: Any) -> None:
+        d.generation, d.serving, d.serving_digest = (
+            self.generation,
+            self.serving,
+            self.serving_digest,
+        )
+
+
+class AuthorityPromoted(Event):
+    authority: Authority
+    forced: bool = False
+
+    def apply(self, d: Any) -> None:
+        d.authority = self.authority
+
+
+class AdmissionDecided(Event):
+    phase: AdmissionPhase
+    reason: AdmissionReason | None
+    evidence: dict[str, int]
+
+    def apply(self, d: Any) -> None:
+        d.admission_phase, d.admission_reason = self.phase, self.reason
+
+
+class DeploymentPlaced(Event):
+    def apply(self, d: Any) -> None:
+        d.admission_phase, d.admission_reason = AdmissionPhase.PLACED, None
+
+
+class DeploymentRunning(Event):
+    def apply(self, d: Any) -> None:
+        d.admission_phase, d.admission_reason = AdmissionPhase.RUNNING, None
+
+
+class DeploymentFailed(Event):
+    reason: str
+    message: str
+
+    def apply(self, d: Any) -> None:
+        d.admission_phase = AdmissionPhase.FAILED
+        d.admission_reason = AdmissionReason.CLUSTER_FAILURE
+
+
+class StatusObserved(Event):
+    status: DeploymentStatus
+
+    def apply(self, d: Any) -> None:
+        d.status = self.status
+
+
+class LiveDigestsObserved(Event):
+    live_digests: dict[str, int]
+
+    def apply(self, d: Any) -> None:
+        d.live_digests = dict(self.live_digests)
+
+
+class ImportedArgsObserved(Event):
+    imported_args: tuple[str, ...]
+
+    def apply(self, d: Any) -> None:
+        d.imported_args = self.imported_args

@@ -1,0 +1,128 @@
+"""A discovery: a model found running on a cluster that nobody declared.
+
+It is observed first; a person then tracks it (inventory only), ignores it (hidden from the
+default list) or promotes it (a workload pinned to the cluster with one observed deployment).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from domain.base import (
+    Aggregate,
+    Cause,
+    Created,
+    Event,
+    IllegalTransition,
+    Writer,
+    require_writer,
+)
+from domain.values import Backend, Frozen
+
+
+class DiscoveryState(StrEnum):
+    SIGHTED = "sighted"
+    TRACKED = "tracked"
+    IGNORED = "ignored"
+    PROMOTED = "promoted"
+
+
+class DiscoveredComponent(Frozen):
+    name: str = Field(min_length=1, max_length=63)
+    role: str = Field(min_length=1, max_length=32)
+    replicas: int = Field(ge=0)
+    gpus_per_replica: int = Field(ge=0)
+    imported_args: tuple[str, ...] = ()
+
+
+class Sighting(Frozen):
+    """What the operator saw: a DynamoGraphDeployment it did not render."""
+
+    namespace: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=253)
+    api_version: str
+    backend: Backend | None
+    components: tuple[DiscoveredComponent, ...]
+
+
+class Discovery(Aggregate):
+    kind = "discovery"
+    cluster_id: str
+    sighting: Sighting
+    state: DiscoveryState
+    workload_id: str | None
+
+    @staticmethod
+    def key_for(cluster_id: str, namespace: str, name: str) -> str:
+        return f"{cluster_id}--{namespace}--{name.replace('.', '-')}"
+
+    @classmethod
+    def sight(cls, cause: Cause, cluster_id: str, sighting: Sighting) -> Discovery:
+        require_writer(cause, Writer.CLUSTER, "a sighting")
+        key = cls.key_for(cluster_id, sighting.namespace, sighting.name)
+        return cls._start(DiscoverySighted, key, cause, cluster_id=cluster_id, sighting=sighting)
+
+    def resight(self, cause: Cause, sighting: Sighting) -> None:
+        require_writer(cause, Writer.CLUSTER, "a sighting")
+        if sighting != self.sighting:
+            self._record(DiscoveryResighted, cause, sighting=sighting)
+
+    def track(self, cause: Cause) -> None:
+        self._decide(cause, DiscoveryState.TRACKED, DiscoveryTracked)
+
+    def ignore(self, cause: Cause) -> None:
+        self._decide(cause, DiscoveryState.IGNORED, DiscoveryIgnored)
+
+    def promote(self, cause: Cause, workload_id: str) -> None:
+        require_writer(cause, Writer.PLANE, "promotion")
+        self._check_open()
+        self._record(DiscoveryPromoted, cause, workload_id=workload_id)
+
+    def _decide(self, cause: Cause, state: DiscoveryState, event: type[Event]) -> None:
+        require_writer(cause, Writer.PLANE, f"{state.value}")
+        self._check_open()
+        if self.state is not state:
+            self._record(event, cause)
+
+    def _check_open(self) -> None:
+        if self.state is DiscoveryState.PROMOTED:
+            raise IllegalTransition(
+                f"discovery was promoted to workload {self.workload_id!r}", field="state"
+            )
+
+
+class DiscoverySighted(Created):
+    aggregate_class = Discovery
+    cluster_id: str
+    sighting: Sighting
+
+    def apply(self, d: Any) -> None:
+        d.cluster_id, d.sighting = self.cluster_id, self.sighting
+        d.state, d.workload_id = DiscoveryState.SIGHTED, None
+
+
+class DiscoveryResighted(Event):
+    sighting: Sighting
+
+    def apply(self, d: Any) -> None:
+        d.sighting = self.sighting
+
+
+class DiscoveryTracked(Event):
+    def apply(self, d: Any) -> None:
+        d.state = DiscoveryState.TRACKED
+
+
+class DiscoveryIgnored(Event):
+    def apply(self, d: Any) -> None:
+        d.state = DiscoveryState.IGNORED
+
+
+class DiscoveryPromoted(Event):
+    workload_id: str
+
+    def apply(self, d: Any) -> None:
+        d.state, d.workload_id = DiscoveryState.PROMOTED, self.workload_id

@@ -1,0 +1,112 @@
+"""A workload: one model served one way, at a total scale, spread over deployments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.base import Aggregate, Cause, Created, Event, InvalidValue
+from domain.values import ServingConfig
+
+
+class Workload(Aggregate):
+    kind = "workload"
+    project: str
+    device_class: str
+    serving: ServingConfig
+    serving_digest: str
+    replicas: int
+    cluster_pin: str | None
+    deployments: dict[str, str]  # cluster id -> deployment key
+
+    @classmethod
+    def create(
+        cls,
+        cause: Cause,
+        workload_id: str,
+        *,
+        project: str,
+        device_class: str,
+        serving: ServingConfig,
+        replicas: int,
+        cluster_pin: str | None,
+    ) -> Workload:
+        _check_replicas(replicas)
+        return cls._start(
+            WorkloadCreated,
+            workload_id,
+            cause,
+            project=project,
+            device_class=device_class,
+            serving=serving,
+            serving_digest=serving.digest(),
+            replicas=replicas,
+            cluster_pin=cluster_pin,
+        )
+
+    def scale(self, cause: Cause, replicas: int) -> None:
+        _check_replicas(replicas)
+        if replicas != self.replicas:
+            self._record(WorkloadScaled, cause, replicas=replicas)
+
+    def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
+        """Record a new serving configuration; False when it equals the current one."""
+        digest = serving.digest()
+        if digest == self.serving_digest:
+            return False
+        self._record(WorkloadServingConfigChanged, cause, serving=serving, serving_digest=digest)
+        return True
+
+    def attach_deployment(self, cause: Cause, cluster_id: str, deployment_key: str) -> None:
+        if cluster_id in self.deployments:
+            raise InvalidValue(f"workload already has a deployment on cluster {cluster_id!r}")
+        self._record(
+            DeploymentAttached, cause, cluster_id=cluster_id, deployment_key=deployment_key
+        )
+
+
+def _check_replicas(replicas: int) -> None:
+    if replicas < 0:
+        raise InvalidValue("replicas cannot be negative", field="replicas")
+
+
+class WorkloadCreated(Created):
+    aggregate_class = Workload
+    project: str
+    device_class: str
+    serving: ServingConfig
+    serving_digest: str
+    replicas: int
+    cluster_pin: str | None
+
+    def apply(self, workload: Any) -> None:
+        workload.project = self.project
+        workload.device_class = self.device_class
+        workload.serving = self.serving
+        workload.serving_digest = self.serving_digest
+        workload.replicas = self.replicas
+        workload.cluster_pin = self.cluster_pin
+        workload.deployments = {}
+
+
+class WorkloadScaled(Event):
+    replicas: int
+
+    def apply(self, workload: Any) -> None:
+        workload.replicas = self.replicas
+
+
+class WorkloadServingConfigChanged(Event):
+    serving: ServingConfig
+    serving_digest: str
+
+    def apply(self, workload: Any) -> None:
+        workload.serving = self.serving
+        workload.serving_digest = self.serving_digest
+
+
+class DeploymentAttached(Event):
+    cluster_id: str
+    deployment_key: str
+
+    def apply(self, workload: Any) -> None:
+        workload.deployments = {**workload.deployments, self.cluster_id: self.deployment_key}

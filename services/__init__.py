@@ -1,0 +1,1 @@
+"""Command handlers, the hub's command service, the relay, the CLI and the wiring."""

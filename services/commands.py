@@ -1,0 +1,138 @@
+"""The command API's wire models: what may enter on `wingsmith.cmd.<aggregate>.<verb>`.
+
+Every command is validated strictly (no type coercion, no unknown fields) before it reaches a
+handler, and carries a client-chosen `command_id` that makes resending it harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from domain.cluster import Node
+from domain.values import DeviceClass, EngineArg, Name, ServingConfig
+
+CommandId = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][-_.:A-Za-z0-9]*$", min_length=1, max_length=128)
+]
+
+
+class Command(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    subject: ClassVar[str]
+
+    command_id: CommandId = Field(description="Client-chosen; resending it has the effect of once")
+    correlation_id: CommandId | None = Field(
+        default=None, description="Groups a causal chain; defaults to the command_id"
+    )
+
+
+class SetQuota(Command):
+    """Set how many devices of one class a project's deployments may hold."""
+
+    subject = "project.set_quota"
+    project: Name
+    device_class: DeviceClass
+    devices: int = Field(ge=0, le=1_000_000)
+
+
+class RegisterCluster(Command):
+    """Make a cluster known to the plane."""
+
+    subject = "cluster.register"
+    cluster_id: Name
+    region: str | None = Field(default=None, min_length=1, max_length=63)
+    labels: dict[Annotated[str, StringConstraints(max_length=63)], str] = Field(
+        default_factory=dict, max_length=64
+    )
+
+
+class ReportInventory(Command):
+    """Replace a cluster's inventory: its nodes, their devices and topology domains."""
+
+    subject = "cluster.report_inventory"
+    cluster_id: Name
+    nodes: list[Node] = Field(max_length=10_000)
+
+
+class CreateWorkload(Command):
+    """Declare a workload; with `cluster` set it is pinned there with one deployment."""
+
+    subject = "workload.create"
+    workload_id: Name
+    project: Name
+    device_class: DeviceClass
+    serving: ServingConfig
+    replicas: int = Field(ge=0, le=10_000)
+    cluster: Name | None = Field(default=None, description="Pin the workload to this cluster")
+    engine_args: list[EngineArg] = Field(default_factory=list, max_length=256)
+
+
+class ScaleWorkload(Command):
+    """Change a workload's total replicas; its deployments' shares follow."""
+
+    subject = "workload.scale"
+    workload_id: Name
+    replicas: int = Field(ge=0, le=10_000)
+
+
+class ChangeServingConfig(Command):
+    """Serve the workload differently: a new generation on every deployment."""
+
+    subject = "workload.change_serving_config"
+    workload_id: Name
+    serving: ServingConfig
+
+
+class EnableDeployment(Command):
+    """Let the operator reconcile this deployment again."""
+
+    subject = "deployment.enable"
+    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+
+
+class DisableDeployment(Command):
+    """Stop reconciling: the operator scales the deployment to zero."""
+
+    subject = "deployment.disable"
+    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+
+
+class SetEngineArgs(Command):
+    """Set the engine arguments the deployment should run with (desired state)."""
+
+    subject = "deployment.set_engine_args"
+    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    engine_args: list[EngineArg] = Field(max_length=256)
+
+
+class PromoteAuthority(Command):
+    """Hand an observed deployment to the operator: observed -> managed."""
+
+    subject = "deployment.promote_authority"
+    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    authority: Literal["managed"]
+    force: bool = Field(default=False, description="Promote even if engine_args differ")
+
+
+COMMANDS: dict[str, type[Command]] = {
+    cls.subject: cls
+    for cls in (
+        SetQuota,
+        RegisterCluster,
+        ReportInventory,
+        CreateWorkload,
+        ScaleWorkload,
+        ChangeServingConfig,
+        EnableDeployment,
+        DisableDeployment,
+        SetEngineArgs,
+        PromoteAuthority,
+    )
+}
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schema of every command, keyed by its full subject."""
+    return {f"wingsmith.cmd.{s}": cls.model_json_schema() for s, cls in COMMANDS.items()}

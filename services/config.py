@@ -1,0 +1,52 @@
+"""Settings from the environment, with defaults that run on a laptop."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    nats_url: str | None  # None: start the embedded nats-server
+    store_url: str | None  # None: a SQLite file in data_dir
+    data_dir: Path
+    max_command_bytes: int = 64 * 1024
+    operator_read_only: bool = False
+    relay: bool = True
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ) if env is None else env
+        max_bytes = env.get("WINGSMITH_MAX_COMMAND_BYTES", str(64 * 1024))
+        if not max_bytes.isdigit() or int(max_bytes) < 1024:
+            raise ValueError("WINGSMITH_MAX_COMMAND_BYTES must be an integer of at least 1024")
+        return cls(
+            nats_url=env.get("WINGSMITH_NATS_URL") or None,
+            store_url=env.get("WINGSMITH_STORE") or None,
+            data_dir=Path(env.get("WINGSMITH_DATA_DIR") or ".wingsmith").resolve(),
+            max_command_bytes=int(max_bytes),
+            operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
+            relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
+        )
+
+    @property
+    def url_file(self) -> Path:
+        """Where `wingsmith up` writes the embedded server's URL for the CLI to find."""
+        return self.data_dir / "nats.url"
+
+    def resolved_nats_url(self) -> str:
+        if self.nats_url:
+            return self.nats_url
+        try:
+            return self.url_file.read_text().strip()
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"no NATS server: set WINGSMITH_NATS_URL or run `wingsmith up` "
+                f"(looked for {self.url_file})"
+            ) from None

@@ -1,0 +1,174 @@
+"""Command handlers: load aggregates, call their command methods, say what happened.
+
+A handler never does I/O itself; it works through a `Repository`, so the hub can run many
+commands against cached aggregates and save them all in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from domain.base import Aggregate, AlreadyExists, Cause, NotFound
+from domain.cluster import Cluster
+from domain.deployment import Authority, Deployment
+from domain.placement import divide
+from domain.project import Project
+from domain.workload import Workload
+from services import commands as c
+
+A = TypeVar("A", bound=Aggregate)
+
+
+class Repository(Protocol):
+    def get(self, cls: type[A], key: str) -> A | None: ...
+
+    def add(self, aggregate: Aggregate) -> None: ...
+
+
+def _require(repo: Repository, cls: type[A], key: str, field: str) -> A:
+    aggregate = repo.get(cls, key)
+    if aggregate is None:
+        raise NotFound(f"{cls.kind} {key!r} does not exist", field=field)
+    return aggregate
+
+
+def set_quota(repo: Repository, cmd: c.SetQuota, cause: Cause) -> dict[str, Any]:
+    project = repo.get(Project, cmd.project)
+    if project is None:
+        project = Project.register(cause, cmd.project)
+        repo.add(project)
+    project.set_quota(cause, cmd.device_class, cmd.devices)
+    return {"project": project.key, "quota": project.quota}
+
+
+def register_cluster(repo: Repository, cmd: c.RegisterCluster, cause: Cause) -> dict[str, Any]:
+    cluster = repo.get(Cluster, cmd.cluster_id)
+    if cluster is None:
+        repo.add(Cluster.register(cause, cmd.cluster_id, cmd.region, dict(cmd.labels)))
+    elif (cluster.region, cluster.labels) != (cmd.region, cmd.labels):
+        raise AlreadyExists(
+            f"cluster {cmd.cluster_id!r} is registered with other region or labels",
+            field="cluster_id",
+        )
+    return {"cluster_id": cmd.cluster_id}
+
+
+def report_inventory(repo: Repository, cmd: c.ReportInventory, cause: Cause) -> dict[str, Any]:
+    cluster = _require(repo, Cluster, cmd.cluster_id, "cluster_id")
+    cluster.report_inventory(cause, tuple(cmd.nodes))
+    return {"cluster_id": cluster.key, "devices": cluster.devices()}
+
+
+def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> dict[str, Any]:
+    if repo.get(Workload, cmd.workload_id) is not None:
+        raise AlreadyExists(f"workload {cmd.workload_id!r} already exists", field="workload_id")
+    _require(repo, Project, cmd.project, "project")
+    if cmd.cluster is not None:
+        _require(repo, Cluster, cmd.cluster, "cluster")
+    workload = Workload.create(
+        cause,
+        cmd.workload_id,
+        project=cmd.project,
+        device_class=cmd.device_class,
+        serving=cmd.serving,
+        replicas=cmd.replicas,
+        cluster_pin=cmd.cluster,
+    )
+    repo.add(workload)
+    if cmd.cluster is not None:  # pinned: the one deployment exists from the start
+        deployment = Deployment.create(
+            cause,
+            workload_id=cmd.workload_id,
+            cluster_id=cmd.cluster,
+            project=cmd.project,
+            device_class=cmd.device_class,
+            serving=cmd.serving,
+            desired_replicas=cmd.replicas,
+            authority=Authority.MANAGED,
+            engine_args=tuple(cmd.engine_args),
+        )
+        repo.add(deployment)
+        workload.attach_deployment(cause, cmd.cluster, deployment.key)
+    return _workload_result(workload)
+
+
+def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
+    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload.scale(cause, cmd.replicas)
+    shares = divide(workload.replicas, sorted(workload.deployments))
+    for cluster_id, share in shares.items():
+        deployment = _require(repo, Deployment, workload.deployments[cluster_id], "workload_id")
+        deployment.scale(cause, share)
+    return _workload_result(workload) | {"shares": shares}
+
+
+def change_serving_config(
+    repo: Repository, cmd: c.ChangeServingConfig, cause: Cause
+) -> dict[str, Any]:
+    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    if workload.change_serving_config(cause, cmd.serving):
+        for key in workload.deployments.values():
+            _require(repo, Deployment, key, "workload_id").change_serving_config(cause, cmd.serving)
+    return _workload_result(workload)
+
+
+def enable_deployment(repo: Repository, cmd: c.EnableDeployment, cause: Cause) -> dict[str, Any]:
+    deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    deployment.enable(cause)
+    return _deployment_result(deployment)
+
+
+def disable_deployment(repo: Repository, cmd: c.DisableDeployment, cause: Cause) -> dict[str, Any]:
+    deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    deployment.disable(cause)
+    return _deployment_result(deployment)
+
+
+def set_engine_args(repo: Repository, cmd: c.SetEngineArgs, cause: Cause) -> dict[str, Any]:
+    deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    deployment.set_engine_args(cause, tuple(cmd.engine_args))
+    return _deployment_result(deployment)
+
+
+def promote_authority(repo: Repository, cmd: c.PromoteAuthority, cause: Cause) -> dict[str, Any]:
+    deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    deployment.promote_authority(cause, force=cmd.force)
+    return _deployment_result(deployment)
+
+
+def _workload_result(workload: Workload) -> dict[str, Any]:
+    return {
+        "workload_id": workload.key,
+        "replicas": workload.replicas,
+        "serving_digest": workload.serving_digest,
+        "deployments": sorted(workload.deployments.values()),
+    }
+
+
+def _deployment_result(d: Deployment) -> dict[str, Any]:
+    return {
+        "deployment_id": d.key,
+        "desired_replicas": d.desired_replicas,
+        "enabled": d.enabled,
+        "authority": d.authority.value,
+        "generation": d.generation,
+        "serving_digest": d.serving_digest,
+        "engine_args": list(d.engine_args),
+    }
+
+
+Handler = Callable[[Repository, Any, Cause], dict[str, Any]]
+
+HANDLERS: dict[type[c.Command], Handler] = {
+    c.SetQuota: set_quota,
+    c.RegisterCluster: register_cluster,
+    c.ReportInventory: report_inventory,
+    c.CreateWorkload: create_workload,
+    c.ScaleWorkload: scale_workload,
+    c.ChangeServingConfig: change_serving_config,
+    c.EnableDeployment: enable_deployment,
+    c.DisableDeployment: disable_deployment,
+    c.SetEngineArgs: set_engine_args,
+    c.PromoteAuthority: promote_authority,
+}

@@ -1,0 +1,363 @@
+"""The hub's command service: validate at the edge, then apply commands in group commits.
+
+Commands that arrive while the previous batch is being saved form the next batch. A batch runs in
+arrival order against cached aggregates (commands on one aggregate apply one after another to the
+same instance), all its events and command receipts are saved in one transaction, and only then
+does any command in it get its reply. A conflict (another writer got there first) re-runs each of
+the batch's commands on its own against fresh state; nothing is ever acknowledged unsaved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from adapters.store import Conflict, EventStore, Notification, StoreThread
+from domain.base import Aggregate, Cause, DomainError, Event, replay
+from domain.receipt import CommandReceipt
+from services.commands import COMMANDS, Command
+from services.handlers import HANDLERS
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=Aggregate)
+SUBJECT_PREFIX = "wingsmith.cmd."
+MAX_BATCH = 512
+CONFLICT_RETRIES = 5
+
+
+class Publisher(Protocol):
+    async def publish(self, subject: str, payload: bytes) -> None: ...
+
+
+def error_reply(code: str, message: str, **details: Any) -> bytes:
+    error = {"code": code, "message": message, "details": details}
+    return orjson.dumps({"ok": False, "error": error})
+
+
+def _ok_reply(result: dict[str, Any], duplicate: bool = False) -> bytes:
+    return orjson.dumps({"ok": True, "result": result} | ({"duplicate": True} if duplicate else {}))
+
+
+def _field(loc: Sequence[int | str]) -> str:
+    return ".".join(str(part) for part in loc) or "(body)"
+
+
+def validation_reply(error: ValidationError) -> bytes:
+    problems = [
+        {"field": _field(e["loc"]), "problem": e["msg"], "type": e["type"]} for e in error.errors()
+    ]
+    if any(p["type"] == "json_invalid" for p in problems):
+        return error_reply("invalid_json", f"payload is not valid JSON: {problems[0]['problem']}")
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:5])
+    return error_reply("validation_error", summary, errors=problems)
+
+
+def parse(subject: str, data: bytes, max_bytes: int) -> Command | bytes:
+    """The command a message carries, or the error reply that refuses it."""
+    if len(data) > max_bytes:
+        return error_reply(
+            "payload_too_large",
+            f"payload is {len(data)} bytes; commands are limited to {max_bytes}",
+            limit=max_bytes,
+            size=len(data),
+        )
+    verb = subject.removeprefix(SUBJECT_PREFIX)
+    cls = COMMANDS.get(verb)
+    if cls is None:
+        return error_reply(
+            "unknown_command", f"no command on subject {subject!r}", known=sorted(COMMANDS)
+        )
+    try:
+        return cls.model_validate_json(data, strict=True)
+    except ValidationError as e:
+        return validation_reply(e)
+
+
+@dataclass(slots=True)
+class Submission:
+    command: Command
+    reply_to: str | None
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        self.digest = hashlib.sha256(self.command.model_dump_json().encode()).hexdigest()[:32]
+
+    def cause(self) -> Cause:
+        cmd = self.command
+        return Cause(
+            command_id=cmd.command_id,
+            correlation_id=cmd.correlation_id or cmd.command_id,
+            at=datetime.now(UTC),
+        )
+
+
+class LRU(OrderedDict[str, Any]):
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def put(self, key: str, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > self.maxsize:
+            self.popitem(last=False)
+
+
+class UnitOfWork:
+    """The aggregates one batch touches, with a mark per command so a refused command's partial
+    changes can be undone without losing the batch's earlier commands."""
+
+    def __init__(self, store: EventStore, cache: LRU) -> None:
+        self.store, self.cache = store, cache
+        self.touched: dict[str, Aggregate] = {}
+        self._marks: dict[str, int] = {}
+
+    def get(self, cls: type[A], key: str) -> A | None:
+        agg_id = cls.store_id(key)
+        aggregate = self.touched.get(agg_id) or self.cache.get(agg_id) or self.store.load(agg_id)
+        if aggregate is None:
+            return None
+        assert isinstance(aggregate, cls), f"{agg_id} is a {type(aggregate).__name__}"
+        self._touch(aggregate)
+        return aggregate
+
+    def add(self, aggregate: Aggregate) -> None:
+        self._marks.setdefault(aggregate.id, 0)
+        self.touched[aggregate.id] = aggregate
+
+    def _touch(self, aggregate: Aggregate) -> None:
+        self._marks.setdefault(aggregate.id, len(aggregate.pending))
+        self.touched[aggregate.id] = aggregate
+
+    def begin(self) -> None:
+        self._marks = {}
+
+    def command_events(self) -> list[Event]:
+        return [e for i, m in self._marks.items() for e in self.touched[i].pending[m:]]
+
+    def rollback(self) -> None:
+        """Undo the current command: rebuild what it changed from the store plus the events
+        that earlier commands in this batch recorded."""
+        for agg_id, mark in self._marks.items():
+            aggregate = self.touched[agg_id]
+            if len(aggregate.pending) == mark:
+                continue
+            kept = aggregate.pending[:mark]
+            self.cache.pop(agg_id, None)
+            rebuilt = replay(self.store.history(agg_id) + kept) if kept else self.store.load(agg_id)
+            if rebuilt is None:
+                del self.touched[agg_id]
+            else:
+                rebuilt.pending = kept
+                self.touched[agg_id] = rebuilt
+        self._marks = {}
+
+    def events(self) -> list[Event]:
+        pending = [e for aggregate in self.touched.values() for e in aggregate.pending]
+        return sorted(pending, key=lambda e: e.recorded)
+
+    def committed(self) -> None:
+        for agg_id, aggregate in self.touched.items():
+            aggregate.pending = []
+            if aggregate.kind != CommandReceipt.kind:
+                self.cache.put(agg_id, aggregate)
+
+    def discard(self) -> None:
+        for agg_id in self.touched:
+            self.cache.pop(agg_id, None)
+
+
+@dataclass(slots=True)
+class Outcome:
+    reply: bytes
+    receipt: tuple[str, bytes] | None = None  # (payload digest, reply) to remember
+
+
+class Executor:
+    """Runs batches of commands on the store's thread."""
+
+    def __init__(self, store: EventStore, cache_size: int = 100_000) -> None:
+        self.store = store
+        self.cache = LRU(cache_size)
+        self.receipts = LRU(cache_size)
+
+    def execute(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:
+        uow = UnitOfWork(self.store, self.cache)
+        firsts: dict[str, int] = {}
+        outcomes: list[Outcome | int] = []
+        for i, sub in enumerate(batch):
+            earlier = firsts.setdefault(sub.command.command_id, i)
+            outcomes.append(earlier if earlier != i else self._decide(uow, sub))
+        try:
+            notifications = self.store.save(uow.events())
+        except Conflict:
+            uow.discard()
+            return self._one_by_one(batch)
+        uow.committed()
+        return self._replies(batch, outcomes), notifications
+
+    def _replies(self, batch: list[Submission], outcomes: list[Outcome | int]) -> list[bytes]:
+        replies: list[bytes] = []
+        for sub, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, int):  # the same command_id earlier in this batch
+                replies.append(self._known(sub) or replies[outcome])
+                continue
+            if outcome.receipt:
+                self.receipts.put(sub.command.command_id, outcome.receipt)
+            replies.append(outcome.reply)
+        return replies
+
+    def _decide(self, uow: UnitOfWork, sub: Submission, *, check_store: bool = False) -> Outcome:
+        known = self._known(sub) or (self._stored_reply(sub) if check_store else None)
+        if known is not None:
+            return Outcome(known)
+        uow.begin()
+        cause = sub.cause()
+        try:
+            result = HANDLERS[type(sub.command)](uow, sub.command, cause)
+        except DomainError as e:
+            uow.rollback()
+            return Outcome(self._stored_reply(sub) or _domain_reply(e))
+        except Exception:
+            log.exception("command %s failed", sub.command.command_id)
+            uow.rollback()
+            return Outcome(error_reply("internal", "the hub failed to handle this command"))
+        events = uow.command_events()
+        refs = [_event_ref(e) for e in sorted(events, key=lambda e: e.recorded)]
+        result = {"command_id": cause.command_id, "events": refs} | result
+        receipt = CommandReceipt.record(
+            cause, subject=sub.command.subject, payload_digest=sub.digest, result=result
+        )
+        uow.add(receipt)
+        reply = _ok_reply(result)
+        return Outcome(reply, (sub.digest, _ok_reply(result, duplicate=True)))
+
+    def _known(self, sub: Submission) -> bytes | None:
+        remembered = self.receipts.get(sub.command.command_id)
+        if remembered is None:
+            return None
+        digest, reply = remembered
+        return reply if digest == sub.digest else _reused_reply(sub)
+
+    def _stored_reply(self, sub: Submission) -> bytes | None:
+        """The reply a command_id got before this hub's memory began, if it was handled."""
+        receipt = self.store.load(CommandReceipt.store_id(sub.command.command_id))
+        if receipt is None:
+            return None
+        assert isinstance(receipt, CommandReceipt)
+        reply = _ok_reply(receipt.result, duplicate=True)
+        self.receipts.put(sub.command.command_id, (receipt.payload_digest, reply))
+        return self._known(sub)
+
+    def _one_by_one(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:
+        replies: list[bytes] = []
+        notifications: list[Notification] = []
+        for sub in batch:
+            for _ in range(CONFLICT_RETRIES):
+                uow = UnitOfWork(self.store, self.cache)
+                outcome = self._decide(uow, sub, check_store=True)
+                try:
+                    notifications += self.store.save(uow.events())
+                except Conflict:
+                    uow.discard()
+                    continue
+                uow.committed()
+                replies += self._replies([sub], [outcome])
+                break
+            else:
+                replies.append(error_reply("conflict", "too many concurrent writers; retry"))
+        return replies, notifications
+
+
+def _event_ref(event: Event) -> dict[str, Any]:
+    kind, _, key = event.originator_id.partition(":")
+    return {
+        "aggregate": kind,
+        "id": key,
+        "version": event.originator_version,
+        "type": type(event).__name__,
+    }
+
+
+def _domain_reply(e: DomainError) -> bytes:
+    details = ({"field": e.field} if e.field else {}) | e.details
+    return error_reply(e.code, e.message, **details)
+
+
+def _reused_reply(sub: Submission) -> bytes:
+    return error_reply(
+        "command_id_reused",
+        f"command_id {sub.command.command_id!r} was already used for a different command",
+        field="command_id",
+    )
+
+
+@dataclass
+class CommandService:
+    """Takes messages from the command subscription and answers each after its batch commits."""
+
+    store: StoreThread
+    publisher: Publisher
+    on_committed: Callable[[list[Notification]], None]
+    max_bytes: int = 64 * 1024
+    executor: Executor = field(init=False)
+    _queue: list[Submission] = field(default_factory=list, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _closing: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.executor = Executor(self.store.store)
+
+    async def submit(self, subject: str, data: bytes, reply_to: str | None) -> None:
+        parsed = parse(subject, data, self.max_bytes)
+        if isinstance(parsed, bytes):
+            if reply_to:
+                await self.publisher.publish(reply_to, parsed)
+            return
+        if self._closing:
+            if reply_to:
+                await self.publisher.publish(
+                    reply_to, error_reply("unavailable", "the hub is shutting down; retry")
+                )
+            return
+        self._queue.append(Submission(parsed, reply_to))
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Commit batches until closed, then finish whatever was already queued."""
+        while not self._closing:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._drain()
+        await self._drain()
+
+    def close(self) -> None:
+        """Refuse new commands; `run` returns once the queued ones are answered."""
+        self._closing = True
+        self._wake.set()
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            try:
+                replies, notifications = await self.store.run(self.executor.execute, batch)
+            except Exception as e:  # the store is unreachable: nothing in this batch was saved
+                log.exception("store failed; refusing a batch of %d commands", len(batch))
+                self.executor.cache.clear()
+                failed = error_reply("unavailable", f"the event store failed: {e}; retry")
+                replies, notifications = [failed] * len(batch), []
+            if notifications:
+                self.on_committed(notifications)
+            for sub, reply in zip(batch, replies, strict=True):
+                if sub.reply_to:
+                    await self.publisher.publish(sub.reply_to, reply)

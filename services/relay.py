@@ -1,0 +1,141 @@
+"""The outbox relay: every stored event onto `WINGSMITH_EVENTS`, in store order, exactly once.
+
+The stream itself is the relay's persisted position: each message carries its store position,
+and the last message tells where to resume. Messages are appended with an expected last stream
+sequence, so the stream is always a gap-free prefix of the store. Committed batches are handed
+over in memory (no re-read of the store); the store is read only to resynchronise, to fill a gap
+(another writer's events) and when idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Protocol
+
+import orjson
+
+from adapters.nats_bus import OutMessage, PublishFailed, StreamTail
+from adapters.store import Notification, StoreThread
+from domain.receipt import CommandReceipt
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 1000
+PUBLISH_LIMIT = 1000
+IDLE_POLL = 1.0
+
+
+class StreamPublisher(Protocol):
+    async def tail(self) -> StreamTail: ...
+
+    async def publish(self, messages: list[OutMessage], after_seq: int) -> int: ...
+
+
+@lru_cache(maxsize=512)
+def _event_type(topic: str) -> str:
+    return topic.rpartition(":")[2].rpartition(".")[2]
+
+
+def to_message(n: Notification) -> OutMessage | None:
+    """The stream message for a stored event; None for records that are not published."""
+    kind, _, key = str(n.originator_id).partition(":")
+    if kind == CommandReceipt.kind:
+        return None
+    event_type = _event_type(n.topic)
+    payload = orjson.dumps(
+        {
+            "position": n.id,
+            "aggregate": kind,
+            "aggregate_id": key,
+            "version": n.originator_version,
+            "type": event_type,
+            "event": orjson.Fragment(n.state),
+        }
+    )
+    return OutMessage(
+        subject=f"wingsmith.evt.{kind}.{key}.{event_type}",
+        payload=payload,
+        msg_id=f"{n.originator_id}:{n.originator_version}",
+        position=n.id,
+    )
+
+
+class Relay:
+    def __init__(self, store: StoreThread, publisher: StreamPublisher) -> None:
+        self._store, self._publisher = store, publisher
+        self._fed: list[Notification] = []
+        self._wake = asyncio.Event()
+        self.position = 0  # the last store position handled (published or skipped)
+        self.seq = 0  # the stream's last sequence
+        self.synced = asyncio.Event()
+        self._fed_upto = 0
+
+    def feed(self, notifications: list[Notification]) -> None:
+        """Hand over a committed batch (called by the command service)."""
+        self._fed += notifications
+        self._fed_upto = max(self._fed_upto, notifications[-1].id)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._sync()
+                await self._follow()
+            except (PublishFailed, TimeoutError, ConnectionError, OSError) as e:
+                self.synced.clear()
+                log.warning("relay: %s; resynchronising", e)
+                await asyncio.sleep(0.25)
+            except Exception as e:  # the stream or server is not ready yet
+                self.synced.clear()
+                log.warning("relay: %s: %s; resynchronising", type(e).__name__, e)
+                await asyncio.sleep(0.5)
+
+    async def _sync(self) -> None:
+        """Resume from the stream's tail and publish everything stored after it."""
+        self.seq, self.position = await self._publisher.tail()
+        while await self._catch_up():
+            pass
+        self.synced.set()
+
+    async def _catch_up(self, stop: int | None = None) -> bool:
+        notes = await self._store.run(self._store.store.read, self.position, READ_LIMIT, stop)
+        await self._publish(notes)
+        return len(notes) == READ_LIMIT
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
+            except TimeoutError:
+                await self._catch_up()  # events another writer stored
+                continue
+            self._wake.clear()
+            fed, self._fed = self._fed, []
+            fresh = [n for n in fed if n.id > self.position]
+            if fresh and fresh[0].id != self.position + 1:
+                while await self._catch_up(stop=fresh[0].id - 1):
+                    pass
+            await self._publish(n for n in fresh if n.id > self.position)
+
+    async def _publish(self, notifications: Iterable[Notification]) -> None:
+        batch: list[OutMessage] = []
+        last = self.position
+        for n in notifications:
+            last = n.id
+            message = to_message(n)
+            if message is not None:
+                batch.append(message)
+            if len(batch) == PUBLISH_LIMIT:
+                self.seq = await self._publisher.publish(batch, self.seq)
+                batch = []
+        if batch:
+            self.seq = await self._publisher.publish(batch, self.seq)
+        self.position = last
+
+    async def idle(self) -> None:
+        """Wait until everything fed so far is on the stream (for shutdown and tests)."""
+        while self.position < self._fed_upto or not self.synced.is_set():
+            await asyncio.sleep(0.01)

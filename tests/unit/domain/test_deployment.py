@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import pytest
+
+from domain.base import IllegalTransition, InvalidValue, WrongWriter
+from domain.deployment import (
+    AdmissionPhase,
+    AdmissionReason,
+    Authority,
+    AuthorityDrift,
+    ClusterPhase,
+    Deployment,
+    DeploymentStatus,
+)
+
+from .conftest import cluster, plane, recorded, serving
+
+
+def managed(**kw: object) -> Deployment:
+    args: dict[str, object] = {
+        "workload_id": "llama",
+        "cluster_id": "east",
+        "project": "research",
+        "device_class": "H100",
+        "serving": serving(),
+        "desired_replicas": 2,
+    }
+    deployment = Deployment.create(plane(), **(args | kw))  # type: ignore[arg-type]
+    recorded(deployment)
+    return deployment
+
+
+def adopted(imported: tuple[str, ...] = ("--max-model-len", "8192")) -> Deployment:
+    return managed(authority=Authority.OBSERVED, imported_args=imported)
+
+
+def admit(d: Deployment) -> None:
+    d.decide_admission(plane(), admitted=True, reason=None, evidence={"quota": 8, "free": 8})
+
+
+def test_a_new_deployment_is_pending_with_no_status() -> None:
+    d = managed()
+    assert (d.admission_phase, d.admission_reason) == (
+        AdmissionPhase.PENDING,
+        AdmissionReason.AWAITING_ADMISSION,
+    )
+    assert d.status is None and d.live_digests == {} and d.generation == 1
+    assert d.authority is Authority.MANAGED and d.enabled
+
+
+def test_phases_advance_pending_admitted_placed_running() -> None:
+    d = managed()
+    admit(d)
+    d.mark_placed(cluster())
+    d.mark_running(cluster())
+    assert recorded(d) == ["AdmissionDecided", "DeploymentPlaced", "DeploymentRunning"]
+    assert d.admission_phase is AdmissionPhase.RUNNING
+
+
+@pytest.mark.parametrize("mark", ["mark_placed", "mark_running"])
+def test_a_pending_deployment_cannot_skip_admission(mark: str) -> None:
+    d = managed()
+    with pytest.raises(IllegalTransition):
+        getattr(d, mark)(cluster())
+    assert recorded(d) == []
+
+
+def test_staying_pending_needs_a_reason_and_records_it() -> None:
+    d = managed()
+    with pytest.raises(InvalidValue):
+        d.decide_admission(plane(), admitted=False, reason=None, evidence={})
+    d.decide_admission(
+        plane(),
+        admitted=False,
+        reason=AdmissionReason.INSUFFICIENT_QUOTA,
+        evidence={"quota": 2, "requested": 8},
+    )
+    assert d.admission_reason is AdmissionReason.INSUFFICIENT_QUOTA
+    d.decide_admission(
+        plane(),
+        admitted=False,
+        reason=AdmissionReason.INSUFFICIENT_QUOTA,
+        evidence={"quota": 2, "requested": 8},
+    )
+    assert recorded(d) == ["AdmissionDecided"]
+
+
+def test_a_failed_deployment_only_goes_back_to_pending() -> None:
+    d = managed()
+    admit(d)
+    d.mark_failed(cluster(), "ImagePullBackOff", "image not found")
+    d.mark_failed(cluster(), "ImagePullBackOff", "image not found")
+    assert recorded(d) == ["AdmissionDecided", "DeploymentFailed"]
+    with pytest.raises(IllegalTransition):
+        d.mark_running(cluster())
+    with pytest.raises(IllegalTransition):
+        admit(d)
+    d.decide_admission(
+        plane(), admitted=False, reason=AdmissionReason.INSUFFICIENT_CAPACITY, evidence={}
+    )
+    assert d.admission_phase is AdmissionPhase.PENDING
+
+
+def test_generation_moves_only_when_the_serving_config_changes() -> None:
+    d = managed()
+    assert not d.change_serving_config(plane(), serving())
+    assert d.change_serving_config(plane(), serving(engine_version="0.10.0"))
+    assert not d.change_serving_config(plane(), serving(engine_version="0.10.0"))
+    d.scale(plane(), 5)
+    d.set_engine_args(plane(), ("--enforce-eager",))
+    assert d.generation == 2
+    assert d.serving_digest == serving(engine_version="0.10.0").digest()
+    assert recorded(d) == ["ServingConfigChanged", "DeploymentScaled", "EngineArgsSet"]
+
+
+def test_plane_and_cluster_write_only_their_own_fields() -> None:
+    d = managed()
+    status = DeploymentStatus(phase=ClusterPhase.READY, ready_replicas=2, desired_replicas=2)
+    with pytest.raises(WrongWriter):
+        d.observe_status(plane(), status)
+    with pytest.raises(WrongWriter):
+        d.scale(cluster(), 3)
+    with pytest.raises(WrongWriter):
+        d.set_engine_args(cluster(), ("--x",))
+    with pytest.raises(WrongWriter):
+        d.observe_imported_args(plane(), ("--x",))
+    d.observe_status(cluster(), status)
+    assert d.status == status and d.desired_replicas == 2
+
+
+def test_live_digests_drop_empty_entries_and_repeat_observations_record_nothing() -> None:
+    d = managed()
+    d.observe_live_digests(cluster(), {"svg_old": 2, "svg_new": 2})
+    d.observe_live_digests(cluster(), {"svg_old": 0, "svg_new": 4})
+    d.observe_live_digests(cluster(), {"svg_new": 4})
+    assert d.live_digests == {"svg_new": 4}
+    assert recorded(d) == ["LiveDigestsObserved", "LiveDigestsObserved"]
+
+
+def test_a_managed_deployment_cannot_carry_imported_args() -> None:
+    with pytest.raises(InvalidValue) as refused:
+        managed(imported_args=("--x",))
+    assert refused.value.field == "imported_args"
+
+
+def test_engine_and_imported_args_stay_separate() -> None:
+    d = adopted()
+    d.set_engine_args(plane(), ("--max-model-len", "4096"))
+    d.observe_imported_args(cluster(), ("--max-model-len", "16384"))
+    assert d.engine_args == ("--max-model-len", "4096")
+    assert d.imported_args == ("--max-model-len", "16384")
+
+
+def test_promotion_refuses_drift_unless_forced() -> None:
+    d = adopted()
+    with pytest.raises(AuthorityDrift) as refused:
+        d.promote_authority(plane())
+    assert refused.value.details["imported_args"] == ["--max-model-len", "8192"]
+    assert d.authority is Authority.OBSERVED
+    d.promote_authority(plane(), force=True)
+    assert d.authority is Authority.MANAGED
+
+
+def test_promotion_with_matching_args_is_one_event_and_then_a_no_op() -> None:
+    d = adopted()
+    d.set_engine_args(plane(), ("--max-model-len", "8192"))
+    d.promote_authority(plane())
+    d.promote_authority(plane())
+    assert recorded(d) == ["EngineArgsSet", "AuthorityPromoted"]
+    assert d.generation == 1  # promotion alone is no new generation: nothing restarts
+
+
+def test_disable_and_enable() -> None:
+    d = managed()
+    d.disable(plane())
+    d.disable(plane())
+    d.enable(plane())
+    assert recorded(d) == ["DeploymentDisabled", "DeploymentEnabled"]
