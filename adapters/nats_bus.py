@@ -122,9 +122,11 @@ async def subscribe_commands(
     async def on_message(msg: Msg) -> None:
         await handle(msg.subject, msg.data, msg.reply or None)
 
-    return await nc.subscribe(
+    subscription = await nc.subscribe(
         "wingsmith.cmd.>", queue="wingsmith-hub", cb=on_message, pending_msgs_limit=1_000_000
     )
+    await nc.flush()  # the server knows the subscription before anyone is told the hub is up
+    return subscription
 
 
 class PublishFailed(Exception):

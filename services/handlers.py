@@ -76,7 +76,7 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         cluster_pin=cmd.cluster,
     )
     repo.add(workload)
-    if cmd.cluster is not None:  # pinned: the one deployment exists from the start
+    if cmd.cluster is not None:  # pinned: its one deployment exists from the start
         deployment = Deployment.create(
             cause,
             workload_id=cmd.workload_id,

@@ -190,6 +190,7 @@ class Executor:
         self.store = store
         self.cache = LRU(cache_size)
         self.receipts = LRU(cache_size)
+        self.conflicts = 0  # saves another writer beat us to
 
     def execute(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:
         uow = UnitOfWork(self.store, self.cache)
@@ -201,6 +202,7 @@ class Executor:
         try:
             notifications = self.store.save(uow.events())
         except Conflict:
+            self.conflicts += 1
             uow.discard()
             return self._one_by_one(batch)
         uow.committed()
@@ -269,6 +271,7 @@ class Executor:
                 try:
                     notifications += self.store.save(uow.events())
                 except Conflict:
+                    self.conflicts += 1
                     uow.discard()
                     continue
                 uow.committed()

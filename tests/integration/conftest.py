@@ -1,0 +1,178 @@
+"""Integration fixtures: a hub in this process or in its own, and a NATS client that sends
+commands the way a careful client does (same command_id until it gets an answer)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from adapters.nats_server import EmbeddedNatsServer
+from adapters.store import EventStore, Notification, store_env
+from services.bootstrap import Hub, running_hub
+from services.config import Settings
+
+LLAMA = {
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "backend": "vllm",
+    "engine_version": "0.9.2",
+    "devices_per_replica": 1,
+}
+
+
+@pytest.fixture
+async def hub(nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Hub]:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    async with running_hub(settings) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
+    nc = await nats.connect(nats_server.url)
+    yield nc
+    await nc.close()
+
+
+async def send(nc: Client, verb: str, body: dict[str, Any] | bytes, timeout: float = 10) -> Any:
+    payload = body if isinstance(body, bytes) else orjson.dumps(body)
+    msg = await nc.request(f"wingsmith.cmd.{verb}", payload, timeout=timeout)
+    return orjson.loads(msg.data)
+
+
+async def send_until_answered(nc: Client, verb: str, body: dict[str, Any]) -> Any:
+    """Resend the same command (same command_id) until a hub answers; give up after 60 s."""
+    for _ in range(240):
+        try:
+            reply = await send(nc, verb, body, timeout=2)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            await asyncio.sleep(0.25)
+            continue
+        if reply.get("ok") or reply["error"]["code"] not in ("unavailable", "conflict"):
+            return reply
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{verb} {body['command_id']} never answered")
+
+
+async def seed_deployment(nc: Client, prefix: str = "s") -> str:
+    """A project, a cluster and a workload pinned to it: returns the deployment id."""
+    assert (
+        await send(
+            nc,
+            "project.set_quota",
+            {
+                "command_id": f"{prefix}-q",
+                "project": "research",
+                "device_class": "H100",
+                "devices": 8,
+            },
+        )
+    )["ok"]
+    assert (
+        await send(nc, "cluster.register", {"command_id": f"{prefix}-c", "cluster_id": "east"})
+    )["ok"]
+    reply = await send(
+        nc,
+        "workload.create",
+        {
+            "command_id": f"{prefix}-w",
+            "workload_id": "llama",
+            "project": "research",
+            "device_class": "H100",
+            "serving": LLAMA,
+            "replicas": 2,
+            "cluster": "east",
+        },
+    )
+    assert reply["ok"], reply
+    return "llama--east"
+
+
+def read_store(data_dir: Path, store_url: str | None = None) -> list[Notification]:
+    store = EventStore(store_env(store_url, data_dir))
+    try:
+        return store.read(0, 10_000_000)
+    finally:
+        store.close()
+
+
+def published(notes: list[Notification]) -> list[str]:
+    """The message ids the relay must publish for these stored records, in order."""
+    return [
+        f"{n.originator_id}:{n.originator_version}"
+        for n in notes
+        if not str(n.originator_id).startswith("command:")
+    ]
+
+
+async def stream_ids(nc: Client, stream: str = "WINGSMITH_EVENTS") -> list[str]:
+    """Every message id on the stream, in stream order."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    ids = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        msg = await js.get_msg(stream, seq=seq)
+        ids.append((msg.headers or {})["Nats-Msg-Id"])
+    return ids
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 30, what: str = "") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.1)
+
+
+class HubProcess:
+    """`wingsmith up` in its own process, so a test can kill it with SIGKILL."""
+
+    def __init__(self, nats_url: str, data_dir: Path, extra_env: dict[str, str] | None = None):
+        self.env = (
+            os.environ
+            | {"WINGSMITH_NATS_URL": nats_url, "WINGSMITH_DATA_DIR": str(data_dir)}
+            | (extra_env or {})
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = data_dir / "hub.log"
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "-v", "up"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    async def wait_ready(self, nc: Client) -> None:
+        async def ready() -> bool:
+            try:
+                await nc.request("wingsmith.cmd.ping", b"{}", timeout=0.5)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                return False
+            return True
+
+        await wait_for(ready, 30, "the hub to answer")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)

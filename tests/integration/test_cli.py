@@ -1,0 +1,122 @@
+"""The README walk-through, exactly as a person types it: `wingsmith up` on the embedded
+defaults, commands with `wingsmith cmd`, events with `wingsmith events`, then SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+WINGSMITH = [sys.executable, "-m", "services.cli"]
+
+WALKTHROUGH = [
+    ("project.set_quota", '{"project": "research", "device_class": "H100", "devices": 16}'),
+    ("cluster.register", '{"cluster_id": "east", "region": "us-east-1"}'),
+    (
+        "cluster.report_inventory",
+        '{"cluster_id": "east", "nodes": [{"node_id": "gpu-node-1", '
+        '"device_class": "H100", "devices": 8, "topology_domain": "nvl-a"}]}',
+    ),
+    (
+        "workload.create",
+        '{"workload_id": "llama-8b", "project": "research", '
+        '"device_class": "H100", "replicas": 2, "cluster": "east", "serving": {"model": '
+        '"meta-llama/Llama-3.1-8B-Instruct", "backend": "vllm", "engine_version": "0.9.2", '
+        '"devices_per_replica": 1}}',
+    ),
+    ("workload.scale", '{"workload_id": "llama-8b", "replicas": 3}'),
+]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WINGSMITH_")}
+    return clean | {"WINGSMITH_DATA_DIR": str(tmp_path / "data")}
+
+
+@pytest.fixture
+def hub(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [*WINGSMITH, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert "wingsmith hub ready" in line, line
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def wingsmith(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*WINGSMITH, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str]) -> None:
+    for subject, payload in WALKTHROUGH:
+        done = wingsmith(env, "cmd", subject, payload)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["ok"] is True
+
+    events = _events_when_all_arrived(env, 9)
+    assert [line.split()[4] for line in events] == [
+        "ProjectRegistered",
+        "QuotaSet",
+        "ClusterRegistered",
+        "InventoryReported",
+        "WorkloadCreated",
+        "DeploymentCreated",
+        "DeploymentAttached",
+        "WorkloadScaled",
+        "DeploymentScaled",
+    ]
+    only = wingsmith(env, "events", "--aggregate", "deployment")
+    assert [line.split()[4] for line in only.stdout.splitlines()] == [
+        "DeploymentCreated",
+        "DeploymentScaled",
+    ]
+
+    refused = wingsmith(env, "cmd", "workload.scale", '{"workload_id": "llama-8b", "replicas": -1}')
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout)["error"]["details"]["errors"][0]["field"] == "replicas"
+
+
+def test_sigterm_shuts_down_cleanly(hub: subprocess.Popen[str], env: dict[str, str]) -> None:
+    url = (Path(env["WINGSMITH_DATA_DIR"]) / "nats.url").read_text()
+    port = int(url.rsplit(":", 1)[1])
+    hub.send_signal(signal.SIGTERM)
+    assert hub.wait(30) == 0
+    assert "stopping" in (hub.stdout.read() if hub.stdout else "")
+    assert not (Path(env["WINGSMITH_DATA_DIR"]) / "nats.url").exists()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass  # the embedded nats-server went down with the hub
+
+
+def test_schema_lists_every_command(env: dict[str, str]) -> None:
+    done = wingsmith(env, "schema")
+    schemas = json.loads(done.stdout)
+    assert "wingsmith.cmd.workload.create" in schemas
+    assert "command_id" in schemas["wingsmith.cmd.project.set_quota"]["required"]
+
+
+def test_cmd_without_a_hub_says_what_to_do(env: dict[str, str]) -> None:
+    done = wingsmith(env, "cmd", "cluster.register", '{"cluster_id": "east"}')
+    assert done.returncode == 2
+    assert "wingsmith up" in done.stderr
+
+
+def _events_when_all_arrived(env: dict[str, str], count: int) -> list[str]:
+    deadline = time.monotonic() + 30
+    while True:
+        lines = wingsmith(env, "events").stdout.splitlines()
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.2)

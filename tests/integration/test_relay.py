@@ -1,0 +1,108 @@
+"""The relay under failure: every stored event lands on WINGSMITH_EVENTS exactly once, in store
+order, when the hub is killed with SIGKILL or nats-server restarts in the middle of a stream."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from adapters.nats_server import EmbeddedNatsServer
+from services.bootstrap import running_hub
+from services.config import Settings
+
+from .conftest import (
+    HubProcess,
+    published,
+    read_store,
+    seed_deployment,
+    send_until_answered,
+    stream_ids,
+    wait_for,
+)
+
+COMMANDS = 400
+
+
+async def _stream_of_commands(nc: Client, prefix: str, done: list[Any]) -> None:
+    """Many clients, each resending its command until answered, on several aggregates."""
+    semaphore = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with semaphore:
+            body = {
+                "command_id": f"{prefix}-{i}",
+                "project": f"team-{i % 20}",
+                "device_class": "H100",
+                "devices": i,
+            }
+            done.append(await send_until_answered(nc, "project.set_quota", body))
+
+    await asyncio.gather(*(one(i) for i in range(COMMANDS)))
+
+
+async def _assert_stream_matches_store(nc: Client, data_dir: Path) -> None:
+    async def caught_up() -> bool:
+        return len(await stream_ids(nc)) >= len(published(read_store(data_dir)))
+
+    await wait_for(caught_up, 60, "the relay to catch up")
+    expected = published(read_store(data_dir))
+    on_stream = await stream_ids(nc)
+    assert len(on_stream) == len(set(on_stream)), "an event was published twice"
+    assert on_stream == expected  # every stored event, once, in store order
+
+
+async def test_hub_killed_with_sigkill_mid_stream(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "hub"
+    hub = HubProcess(nats_server.url, data_dir)
+    await hub.start()
+    await hub.wait_ready(client)
+    await seed_deployment(client)
+    replies: list[Any] = []
+    stream = asyncio.create_task(_stream_of_commands(client, "kill", replies))
+    for _ in range(2):
+        await _progress(replies)
+        hub.kill()
+        await hub.start()
+    await stream
+    assert len(replies) == COMMANDS and all(r["ok"] for r in replies), replies[:3]
+    await _assert_stream_matches_store(client, data_dir)
+    assert hub.terminate() == 0
+
+
+async def test_nats_server_restarted_mid_stream(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "hub"
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir)
+    async with running_hub(settings):
+        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)  # type: ignore[arg-type]
+        try:
+            await seed_deployment(nc)
+            replies: list[Any] = []
+            stream = asyncio.create_task(_stream_of_commands(nc, "restart", replies))
+            for kill in (False, True):
+                await _progress(replies)
+                await nats_server.stop(kill=kill)
+                await asyncio.sleep(0.5)
+                await nats_server.start()
+            await stream
+            assert len(replies) == COMMANDS and all(r["ok"] for r in replies)
+            await _assert_stream_matches_store(nc, data_dir)
+        finally:
+            await nc.close()
+
+
+async def _progress(replies: list[Any], step: int = 60) -> None:
+    """Wait until `step` more commands have been answered."""
+    target = len(replies) + step
+
+    async def reached() -> bool:
+        return len(replies) >= target
+
+    await wait_for(reached, 60, f"{target} answered commands")

@@ -1,0 +1,147 @@
+"""The event store, against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from adapters.store import Conflict, EventStore, store_env
+from domain.base import Cause, Writer
+from domain.cluster import Cluster, Node
+from domain.deployment import ClusterPhase, Deployment, DeploymentStatus
+from domain.discovery import DiscoveredComponent, Discovery, Sighting
+from domain.project import Project
+from domain.receipt import CommandReceipt
+from domain.replica import Replica
+from domain.values import ServingConfig
+from domain.workload import Workload
+
+AT = datetime(2026, 11, 29, 14, 2, 3, 456789, tzinfo=timezone(timedelta(hours=2)))
+PLANE = Cause(command_id="c-1", correlation_id="corr", at=AT)
+CLUSTER = PLANE.model_copy(update={"writer": Writer.CLUSTER})
+SERVING = ServingConfig(
+    model="m",
+    backend="sglang",
+    engine_version="0.4.1",
+    devices_per_replica=2,
+    parallelism={"tensor": 2},
+    quantization="fp8",
+)
+
+
+@pytest.fixture
+def store(store_url: str, tmp_path: Path) -> EventStore:
+    opened = EventStore(store_env(store_url, tmp_path))
+    yield opened  # type: ignore[misc]
+    opened.close()
+
+
+def every_aggregate() -> list[object]:
+    project = Project.register(PLANE, "research")
+    project.set_quota(PLANE, "H100", 8)
+    cluster = Cluster.register(PLANE, "east", "us-east-1", {"tier": "gold"})
+    cluster.report_inventory(
+        PLANE,
+        (
+            Node(
+                node_id="n1",
+                device_class="H100",
+                devices=8,
+                device_ids=("GPU-a",),
+                topology_domain="nvl-1",
+            ),
+        ),
+    )
+    workload = Workload.create(
+        PLANE,
+        "llama",
+        project="research",
+        device_class="H100",
+        serving=SERVING,
+        replicas=2,
+        cluster_pin="east",
+    )
+    deployment = Deployment.create(
+        PLANE,
+        workload_id="llama",
+        cluster_id="east",
+        project="research",
+        device_class="H100",
+        serving=SERVING,
+        desired_replicas=2,
+        engine_args=("--x",),
+    )
+    deployment.observe_status(
+        CLUSTER,
+        DeploymentStatus(
+            phase=ClusterPhase.PROGRESSING,
+            reason="PendingWeightDownload",
+            ready_replicas=0,
+            desired_replicas=2,
+        ),
+    )
+    deployment.observe_live_digests(CLUSTER, {SERVING.digest(): 2})
+    replica = Replica.start(
+        CLUSTER,
+        deployment_id=deployment.key,
+        name="p-0",
+        node_id="n1",
+        device_ids=("GPU-a", "GPU-b"),
+        serving_digest=SERVING.digest(),
+        engine_version="0.4.1",
+    )
+    replica.mark_ready(CLUSTER)
+    discovery = Discovery.sight(
+        CLUSTER,
+        "east",
+        Sighting(
+            namespace="ns",
+            name="old",
+            api_version="nvidia.com/v1alpha1",
+            backend="trtllm",
+            components=(
+                DiscoveredComponent(name="w", role="decode", replicas=1, gpus_per_replica=4),
+            ),
+        ),
+    )
+    discovery.track(PLANE)
+    receipt = CommandReceipt.record(PLANE, subject="s", payload_digest="d", result={"a": [1]})
+    return [project, cluster, workload, deployment, replica, discovery, receipt]
+
+
+def test_every_aggregate_round_trips_with_typed_values(store: EventStore) -> None:
+    aggregates = every_aggregate()
+    events = [e for a in aggregates for e in a.collect_events()]  # type: ignore[attr-defined]
+    notes = store.save(events)
+    assert [n.id for n in notes] == list(range(1, len(events) + 1))
+    for aggregate in aggregates:
+        loaded = store.load(aggregate.id)  # type: ignore[attr-defined]
+        assert loaded == aggregate
+    loaded_deployment = store.load("deployment:llama--east")
+    assert loaded_deployment.modified_at == AT  # type: ignore[union-attr]
+    assert isinstance(loaded_deployment.created_at, datetime)  # type: ignore[union-attr]
+    assert loaded_deployment.created_at.utcoffset() == timedelta(hours=2)  # type: ignore[union-attr]
+
+
+def test_a_conflicting_save_stores_nothing(store: EventStore) -> None:
+    first = Project.register(PLANE, "research")
+    store.save(first.collect_events())
+    rival = Project.register(PLANE, "other")
+    twin = Project.register(PLANE.model_copy(update={"at": datetime.now(UTC)}), "research")
+    with pytest.raises(Conflict):
+        store.save(rival.collect_events() + twin.collect_events())
+    assert store.last_position() == 1
+    assert store.load("project:other") is None
+
+
+def test_reading_in_store_order_between_positions(store: EventStore) -> None:
+    project = Project.register(PLANE, "research")
+    for devices in range(1, 10):
+        project.set_quota(PLANE, "H100", devices)
+    store.save(project.collect_events())
+    assert [n.id for n in store.read(3, 4)] == [4, 5, 6, 7]
+    assert [n.id for n in store.read(3, 100, stop=5)] == [4, 5]
+    assert store.read(10, 100) == []
+    assert store.last_position() == 10
