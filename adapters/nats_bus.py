@@ -147,18 +147,17 @@ class OutMessage:
 
 
 class EventPublisher:
-    """Publishes batches to a stream, pipelined, with every message saying which sequence must
-    precede it: the stream then holds a gap-free prefix of what was sent, whatever fails."""
+    """Publishes batches to a stream, pipelined, each message naming the stream sequence that
+    must precede it. The chain makes one acknowledgement per batch enough: if any message is not
+    stored, every later one is refused, so the last one's ack proves the whole batch landed, and
+    the stream always holds a gap-free prefix of what was sent."""
 
     def __init__(self, nc: Client, stream: str = EVENTS_STREAM, ack_timeout: float = 3.0):
         self._nc, self._js = nc, nc.jetstream()
         self.stream, self.ack_timeout = stream, ack_timeout
         self._inbox = f"_WS_RELAY.{NUID().next().decode()}"
-        self._epochs = itertools.count()
-        self._epoch = -1
-        self._expected = 0
-        self._acked = 0
-        self._done: asyncio.Future[None] | None = None
+        self._batches = itertools.count()
+        self._waiting: tuple[str, int, asyncio.Future[None]] | None = None
         self._sub: Subscription | None = None
 
     async def start(self) -> None:
@@ -178,43 +177,60 @@ class EventPublisher:
 
     async def publish(self, messages: list[OutMessage], after_seq: int) -> int:
         """Append `messages` right after stream sequence `after_seq`; returns the new last
-        sequence once every message is acknowledged, or raises `PublishFailed`."""
-        self._epoch = next(self._epochs)
-        self._expected, self._acked = len(messages), 0
-        self._done = asyncio.get_running_loop().create_future()
-        reply = f"{self._inbox}.{self._epoch}"
+        sequence once the stream has them all, or raises `PublishFailed`."""
+        last_seq = after_seq + len(messages)
+        reply = f"{self._inbox}.{next(self._batches)}"
+        done = asyncio.get_running_loop().create_future()
+        self._waiting = (reply, last_seq, done)
         for i, m in enumerate(messages):
             headers = {
                 "Nats-Msg-Id": m.msg_id,
                 "Nats-Expected-Last-Sequence": str(after_seq + i),
                 POSITION_HEADER: str(m.position),
             }
-            await self._nc.publish(m.subject, m.payload, reply=reply, headers=headers)
+            is_last = i == len(messages) - 1
+            await self._nc.publish(
+                m.subject, m.payload, reply=reply if is_last else "", headers=headers
+            )
         try:
-            await asyncio.wait_for(asyncio.shield(self._done), self.ack_timeout)
+            async with asyncio.timeout(self.ack_timeout):
+                await done
         except TimeoutError:
             raise PublishFailed(f"no acknowledgement within {self.ack_timeout}s") from None
         finally:
-            self._epoch = -1
-        return after_seq + len(messages)
+            self._waiting = None
+        return last_seq
 
     async def _on_ack(self, msg: Msg) -> None:
-        if msg.subject.rpartition(".")[2] != str(self._epoch) or self._done is None:
-            return  # an acknowledgement of an abandoned batch
-        if self._done.done():
-            return
+        if self._waiting is None or msg.subject != self._waiting[0]:
+            return  # the acknowledgement of an abandoned batch
+        _, last_seq, done = self._waiting
         ack: dict[str, Any] = orjson.loads(msg.data)
-        if "error" in ack or ack.get("duplicate"):
-            self._done.set_exception(PublishFailed(str(ack.get("error") or "duplicate")))
+        if done.done():
             return
-        self._acked += 1
-        if self._acked == self._expected:
-            self._done.set_result(None)
+        if "error" in ack or ack.get("duplicate") or ack.get("seq") != last_seq:
+            done.set_exception(PublishFailed(f"stream refused the batch: {ack}"))
+        else:
+            done.set_result(None)
 
 
 async def request(nc: Client, subject: str, payload: bytes, timeout: float) -> bytes:
-    msg = await nc.request(subject, payload, timeout=timeout)
-    return bytes(msg.data)
+    """Request/reply that waits out a hub that is starting (no responders yet) until `timeout`;
+    resending is safe because every command carries its command_id."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            msg = await nc.request(subject, payload, timeout=max(deadline - loop.time(), 0.1))
+            return bytes(msg.data)
+        except nats.errors.NoRespondersError:
+            if loop.time() + 0.2 > deadline:
+                raise TimeoutError(
+                    f"no hub answers on {subject}; is `wingsmith up` running?"
+                ) from None
+            await asyncio.sleep(0.2)
+        except nats.errors.TimeoutError:
+            raise TimeoutError(f"no reply on {subject} within {timeout}s") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ connection belongs to its thread, so callers give it one thread of its own (`Sto
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,12 +51,17 @@ class PydanticMapper(Mapper[str]):
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(type(domain_event)),
+            topic=_topic(domain_event.__class__),
             state=self.transcoder.encode(state),
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         return decode_event(stored_event)
+
+
+@functools.cache
+def _topic(cls: Any) -> str:
+    return get_topic(cls)
 
 
 def decode_event(stored: StoredEvent) -> Event:

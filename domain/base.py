@@ -82,7 +82,8 @@ class Event(BaseModel):
 
     @property
     def recorded(self) -> int:
-        return self._recorded
+        private: dict[str, int] = self.__pydantic_private__  # type: ignore[assignment]
+        return private["_recorded"]  # direct: pydantic's attribute lookup costs microseconds
 
     def apply(self, aggregate: Any) -> None:
         """Change the aggregate's state; subclasses override (a no-op for pure markers)."""

@@ -83,10 +83,12 @@ async def _shut_down(
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
     commands.close()
-    await asyncio.wait_for(tasks[0], 30)
+    async with asyncio.timeout(30):
+        await tasks[0]
     if relay is not None:
         with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
-            await asyncio.wait_for(relay.idle(), 10)
+            async with asyncio.timeout(10):
+                await relay.idle()
     for task in tasks[1:]:
         task.cancel()
     await asyncio.gather(*tasks[1:], return_exceptions=True)

@@ -108,7 +108,9 @@ class Relay:
     async def _follow(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                async with asyncio.timeout(IDLE_POLL):
+                    await self._wake.wait()
             except TimeoutError:
                 await self._catch_up()  # events another writer stored
                 continue

@@ -13,7 +13,7 @@ from adapters.nats_server import EmbeddedNatsServer
 from services.bootstrap import Hub, running_hub
 from services.config import Settings
 
-from .conftest import LLAMA, seed_deployment, send, stream_ids, wait_for
+from .conftest import LLAMA, seed_deployment, send, send_until_answered, stream_ids, wait_for
 
 
 def stored(hub: Hub) -> int:
@@ -311,7 +311,7 @@ async def test_idempotency_survives_a_hub_restart(
         original = await send(client, "workload.create", create)
         before = stored(first_hub)
     async with running_hub(settings) as second_hub:  # a fresh hub: nothing remembered in memory
-        again = await send(client, "workload.create", create)
+        again = await send_until_answered(client, "workload.create", create)
         assert stored(second_hub) == before
     assert again["ok"] and again["duplicate"]
     assert again["result"] == original["result"]
