@@ -25,6 +25,7 @@ from eventsourcing.persistence import (
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
+from pydantic import BaseModel
 
 from domain.base import Aggregate, Event, replay
 
@@ -34,9 +35,15 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def _nested(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"cannot store a {type(obj).__name__}")
+
+
 class OrjsonTranscoder(Transcoder):
     def encode(self, obj: Any) -> bytes:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, default=_nested)
 
     def decode(self, data: bytes) -> Any:
         return orjson.loads(data)
@@ -47,7 +54,10 @@ class PydanticMapper(Mapper[str]):
     datetimes, enums and nested values come back typed rather than as strings."""
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        state = domain_event.model_dump(exclude={"originator_id", "originator_version"})
+        # The event's own fields, without pydantic's model_dump: orjson writes datetimes, enums
+        # and tuples itself and calls back only for nested models (see the transcoder).
+        state = dict(domain_event.__dict__)
+        del state["originator_id"], state["originator_version"]
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,

@@ -22,7 +22,7 @@ import orjson
 from pydantic import ValidationError
 
 from adapters.store import Conflict, EventStore, Notification, StoreThread
-from domain.base import Aggregate, Cause, DomainError, Event, replay
+from domain.base import Aggregate, Cause, DomainError, Event, Writer, replay
 from domain.receipt import CommandReceipt
 from services.commands import COMMANDS, Command
 from services.handlers import HANDLERS
@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Aggregate)
 SUBJECT_PREFIX = "wingsmith.cmd."
-MAX_BATCH = 512
+# Small enough that one batch's replies go out (and its clients send again) while the next
+# batch is saved; large enough that a disk sync is shared by dozens of commands.
+MAX_BATCH = 64
 CONFLICT_RETRIES = 5
 
 
@@ -98,6 +100,7 @@ class Submission:
             command_id=cmd.command_id,
             correlation_id=cmd.correlation_id or cmd.command_id,
             at=datetime.now(UTC),
+            writer=Writer.PLANE,
         )
 
 
@@ -114,13 +117,16 @@ class LRU(OrderedDict[str, Any]):
 
 
 class UnitOfWork:
-    """The aggregates one batch touches, with a mark per command so a refused command's partial
-    changes can be undone without losing the batch's earlier commands."""
+    """The aggregates one batch touches and the events it recorded, in recording order, with a
+    mark per command so a refused command's changes can be undone without losing the batch's
+    earlier commands."""
 
     def __init__(self, store: EventStore, cache: LRU) -> None:
         self.store, self.cache = store, cache
         self.touched: dict[str, Aggregate] = {}
-        self._marks: dict[str, int] = {}
+        self._events: list[Event] = []
+        self._event_mark = 0
+        self._pending_marks: dict[str, int] = {}
 
     def get(self, cls: type[A], key: str) -> A | None:
         agg_id = cls.store_id(key)
@@ -132,55 +138,61 @@ class UnitOfWork:
         return aggregate
 
     def add(self, aggregate: Aggregate) -> None:
-        self._marks.setdefault(aggregate.id, 0)
-        self.touched[aggregate.id] = aggregate
+        self._events += aggregate.pending
+        self._touch(aggregate, mark=0)
 
-    def _touch(self, aggregate: Aggregate) -> None:
-        self._marks.setdefault(aggregate.id, len(aggregate.pending))
+    def _touch(self, aggregate: Aggregate, mark: int | None = None) -> None:
+        self._pending_marks.setdefault(
+            aggregate.id, len(aggregate.pending) if mark is None else mark
+        )
         self.touched[aggregate.id] = aggregate
+        aggregate.on_record = self._events.append
 
     def begin(self) -> None:
-        self._marks = {}
+        self._event_mark = len(self._events)
+        self._pending_marks = {}
 
     def command_events(self) -> list[Event]:
-        return [e for i, m in self._marks.items() for e in self.touched[i].pending[m:]]
+        return self._events[self._event_mark :]
 
     def rollback(self) -> None:
         """Undo the current command: rebuild what it changed from the store plus the events
         that earlier commands in this batch recorded."""
-        for agg_id, mark in self._marks.items():
+        del self._events[self._event_mark :]
+        for agg_id, mark in self._pending_marks.items():
             aggregate = self.touched[agg_id]
             if len(aggregate.pending) == mark:
                 continue
             kept = aggregate.pending[:mark]
             self.cache.pop(agg_id, None)
-            rebuilt = replay(self.store.history(agg_id) + kept) if kept else self.store.load(agg_id)
+            rebuilt = replay(self.store.history(agg_id) + kept)
             if rebuilt is None:
                 del self.touched[agg_id]
             else:
                 rebuilt.pending = kept
+                rebuilt.on_record = self._events.append
                 self.touched[agg_id] = rebuilt
-        self._marks = {}
+        self._pending_marks = {}
 
     def events(self) -> list[Event]:
-        pending = [e for aggregate in self.touched.values() for e in aggregate.pending]
-        return sorted(pending, key=lambda e: e.recorded)
+        return self._events
 
     def committed(self) -> None:
         for agg_id, aggregate in self.touched.items():
-            aggregate.pending = []
+            aggregate.pending, aggregate.on_record = [], None
             if aggregate.kind != CommandReceipt.kind:
                 self.cache.put(agg_id, aggregate)
 
     def discard(self) -> None:
-        for agg_id in self.touched:
+        for agg_id, aggregate in self.touched.items():
+            aggregate.on_record = None
             self.cache.pop(agg_id, None)
 
 
 @dataclass(slots=True)
 class Outcome:
     reply: bytes
-    receipt: tuple[str, bytes] | None = None  # (payload digest, reply) to remember
+    receipt: tuple[str, dict[str, Any]] | None = None  # (payload digest, result) to remember
 
 
 class Executor:
@@ -235,21 +247,20 @@ class Executor:
             uow.rollback()
             return Outcome(error_reply("internal", "the hub failed to handle this command"))
         events = uow.command_events()
-        refs = [_event_ref(e) for e in sorted(events, key=lambda e: e.recorded)]
+        refs = [_event_ref(e) for e in events]
         result = {"command_id": cause.command_id, "events": refs} | result
         receipt = CommandReceipt.record(
             cause, subject=sub.command.subject, payload_digest=sub.digest, result=result
         )
         uow.add(receipt)
-        reply = _ok_reply(result)
-        return Outcome(reply, (sub.digest, _ok_reply(result, duplicate=True)))
+        return Outcome(_ok_reply(result), (sub.digest, result))
 
     def _known(self, sub: Submission) -> bytes | None:
         remembered = self.receipts.get(sub.command.command_id)
         if remembered is None:
             return None
-        digest, reply = remembered
-        return reply if digest == sub.digest else _reused_reply(sub)
+        digest, result = remembered
+        return _ok_reply(result, duplicate=True) if digest == sub.digest else _reused_reply(sub)
 
     def _stored_reply(self, sub: Submission) -> bytes | None:
         """The reply a command_id got before this hub's memory began, if it was handled."""
@@ -257,8 +268,7 @@ class Executor:
         if receipt is None:
             return None
         assert isinstance(receipt, CommandReceipt)
-        reply = _ok_reply(receipt.result, duplicate=True)
-        self.receipts.put(sub.command.command_id, (receipt.payload_digest, reply))
+        self.receipts.put(sub.command.command_id, (receipt.payload_digest, receipt.result))
         return self._known(sub)
 
     def _one_by_one(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:

@@ -24,7 +24,7 @@ from .conftest import (
     wait_for,
 )
 
-COMMANDS = 400
+COMMANDS = 1000
 
 
 async def _stream_of_commands(nc: Client, prefix: str, done: list[Any]) -> None:
@@ -67,9 +67,11 @@ async def test_hub_killed_with_sigkill_mid_stream(
     stream = asyncio.create_task(_stream_of_commands(client, "kill", replies))
     for _ in range(2):
         await _progress(replies)
+        assert len(replies) < COMMANDS, "the stream ended before the hub was killed"
         hub.kill()
         await hub.start()
     await stream
+    await hub.wait_ready(client)
     assert len(replies) == COMMANDS and all(r["ok"] for r in replies), replies[:3]
     await _assert_stream_matches_store(client, data_dir)
     assert hub.terminate() == 0
@@ -88,6 +90,7 @@ async def test_nats_server_restarted_mid_stream(
             stream = asyncio.create_task(_stream_of_commands(nc, "restart", replies))
             for kill in (False, True):
                 await _progress(replies)
+                assert len(replies) < COMMANDS, "the stream ended before the restart"
                 await nats_server.stop(kill=kill)
                 await asyncio.sleep(0.5)
                 await nats_server.start()
@@ -98,7 +101,7 @@ async def test_nats_server_restarted_mid_stream(
             await nc.close()
 
 
-async def _progress(replies: list[Any], step: int = 60) -> None:
+async def _progress(replies: list[Any], step: int = 150) -> None:
     """Wait until `step` more commands have been answered."""
     target = len(replies) + step
 

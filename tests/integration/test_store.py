@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from domain.workload import Workload
 
 AT = datetime(2026, 11, 29, 14, 2, 3, 456789, tzinfo=timezone(timedelta(hours=2)))
 PLANE = Cause(command_id="c-1", correlation_id="corr", at=AT)
-CLUSTER = PLANE.model_copy(update={"writer": Writer.CLUSTER})
+CLUSTER = replace(PLANE, writer=Writer.CLUSTER)
 SERVING = ServingConfig(
     model="m",
     backend="sglang",
@@ -129,7 +130,7 @@ def test_a_conflicting_save_stores_nothing(store: EventStore) -> None:
     first = Project.register(PLANE, "research")
     store.save(first.collect_events())
     rival = Project.register(PLANE, "other")
-    twin = Project.register(PLANE.model_copy(update={"at": datetime.now(UTC)}), "research")
+    twin = Project.register(replace(PLANE, at=datetime.now(UTC)), "research")
     with pytest.raises(Conflict):
         store.save(rival.collect_events() + twin.collect_events())
     assert store.last_position() == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import count
 
@@ -17,7 +18,7 @@ def plane(at: datetime | None = None) -> Cause:
 
 
 def cluster() -> Cause:
-    return plane().model_copy(update={"writer": Writer.CLUSTER})
+    return replace(plane(), writer=Writer.CLUSTER)
 
 
 def serving(**changes: object) -> ServingConfig:
