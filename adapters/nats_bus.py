@@ -4,6 +4,7 @@ event publisher the relay uses."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -82,7 +83,7 @@ async def connect(url: str, name: str) -> Client:
         log.info("nats: reconnected to %s", url)
 
     await nc.connect(
-        url,
+        servers=[u.strip() for u in url.split(",")],  # a cluster: several comma-separated URLs
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.2,  # type: ignore[arg-type]  # a float is fine at run time
@@ -95,9 +96,11 @@ async def connect(url: str, name: str) -> Client:
     return nc
 
 
-async def ensure_streams(nc: Client) -> None:
+async def ensure_streams(nc: Client, replicas: int = 1) -> None:
+    """Create the contract's streams, or bring existing ones to this configuration."""
     js = nc.jetstream()
     for config in STREAMS:
+        config = dataclasses.replace(config, num_replicas=replicas)
         try:
             await js.add_stream(config)
         except BadRequestError:  # exists with another config: bring it to ours

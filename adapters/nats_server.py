@@ -32,10 +32,10 @@ class EmbeddedNatsServer:
     """`async with EmbeddedNatsServer(dir) as server:` runs nats-server with JetStream whose files
     live in `dir`, on a free loopback port (or the one given), until the block ends."""
 
-    def __init__(self, store_dir: Path, port: int | None = None, config: Path | None = None):
+    def __init__(self, store_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = ()):
         self.store_dir = store_dir
         self.port = port or free_port()
-        self.config = config
+        self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,8 +54,7 @@ class EmbeddedNatsServer:
             "-p",
             str(self.port),
         ]
-        if self.config is not None:
-            args += ["-c", str(self.config)]
+        args += self.extra_args
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         self._process = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()

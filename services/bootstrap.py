@@ -49,7 +49,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
         nc = await nats_bus.connect(url, "wingsmith-hub")
         stack.push_async_callback(nc.close)
-        await nats_bus.ensure_streams(nc)
+        await nats_bus.ensure_streams(nc, settings.stream_replicas)
         store = await StoreThread.open(store_env(settings.store_url, settings.data_dir))
         stack.push_async_callback(store.close)
 

@@ -19,6 +19,7 @@ class Settings:
     max_command_bytes: int = 64 * 1024
     operator_read_only: bool = False
     relay: bool = True
+    stream_replicas: int = 1
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -26,6 +27,9 @@ class Settings:
         max_bytes = env.get("WINGSMITH_MAX_COMMAND_BYTES", str(64 * 1024))
         if not max_bytes.isdigit() or int(max_bytes) < 1024:
             raise ValueError("WINGSMITH_MAX_COMMAND_BYTES must be an integer of at least 1024")
+        replicas = env.get("WINGSMITH_STREAM_REPLICAS", "1")
+        if replicas not in {"1", "3", "5"}:
+            raise ValueError("WINGSMITH_STREAM_REPLICAS must be 1, 3 or 5")
         return cls(
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
@@ -33,6 +37,7 @@ class Settings:
             max_command_bytes=int(max_bytes),
             operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
             relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
+            stream_replicas=int(replicas),
         )
 
     @property

@@ -119,6 +119,8 @@ async def stream_ids(nc: Client, stream: str = "WINGSMITH_EVENTS") -> list[str]:
     """Every message id on the stream, in stream order."""
     js = nc.jetstream()
     info = await js.stream_info(stream)
+    if not info.state.messages:
+        return []
     ids = []
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
         msg = await js.get_msg(stream, seq=seq)

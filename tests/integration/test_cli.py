@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,23 +18,15 @@ import pytest
 
 WINGSMITH = [sys.executable, "-m", "services.cli"]
 
-WALKTHROUGH = [
-    ("project.set_quota", '{"project": "research", "device_class": "H100", "devices": 16}'),
-    ("cluster.register", '{"cluster_id": "east", "region": "us-east-1"}'),
-    (
-        "cluster.report_inventory",
-        '{"cluster_id": "east", "nodes": [{"node_id": "gpu-node-1", '
-        '"device_class": "H100", "devices": 8, "topology_domain": "nvl-a"}]}',
-    ),
-    (
-        "workload.create",
-        '{"workload_id": "llama-8b", "project": "research", '
-        '"device_class": "H100", "replicas": 2, "cluster": "east", "serving": {"model": '
-        '"meta-llama/Llama-3.1-8B-Instruct", "backend": "vllm", "engine_version": "0.9.2", '
-        '"devices_per_replica": 1}}',
-    ),
-    ("workload.scale", '{"workload_id": "llama-8b", "replicas": 3}'),
-]
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def walkthrough() -> list[list[str]]:
+    """The README's walk-through commands, as argument lists."""
+    text = README.read_text()
+    block = text.split("<!-- walkthrough")[1].split("<!-- /walkthrough -->")[0]
+    lines = [line for line in block.splitlines() if line.startswith(".venv/bin/wingsmith ")]
+    return [shlex.split(line)[1:] for line in lines]
 
 
 @pytest.fixture
@@ -61,12 +54,14 @@ def wingsmith(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 
 
 def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str]) -> None:
-    for subject, payload in WALKTHROUGH:
-        done = wingsmith(env, "cmd", subject, payload)
+    steps = walkthrough()
+    assert [s[0] for s in steps] == ["cmd"] * 5 + ["events"]
+    for args in steps[:-1]:
+        done = wingsmith(env, *args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["ok"] is True
 
-    events = _events_when_all_arrived(env, 9)
+    events = _events_when_all_arrived(env, steps[-1], 9)
     assert [line.split()[4] for line in events] == [
         "ProjectRegistered",
         "QuotaSet",
@@ -113,10 +108,10 @@ def test_cmd_without_a_hub_says_what_to_do(env: dict[str, str]) -> None:
     assert "wingsmith up" in done.stderr
 
 
-def _events_when_all_arrived(env: dict[str, str], count: int) -> list[str]:
+def _events_when_all_arrived(env: dict[str, str], args: list[str], count: int) -> list[str]:
     deadline = time.monotonic() + 30
     while True:
-        lines = wingsmith(env, "events").stdout.splitlines()
+        lines = wingsmith(env, *args).stdout.splitlines()
         if len(lines) >= count or time.monotonic() > deadline:
             return lines
         time.sleep(0.2)

@@ -109,3 +109,16 @@ async def _progress(replies: list[Any], step: int = 150) -> None:
         return len(replies) >= target
 
     await wait_for(reached, 60, f"{target} answered commands")
+
+
+async def test_a_lost_stream_is_rebuilt_from_the_store(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    async with running_hub(settings):
+        await seed_deployment(client)
+        await _assert_stream_matches_store(client, settings.data_dir)
+    await client.jetstream().delete_stream("WINGSMITH_EVENTS")
+    async with running_hub(settings):
+        await _assert_stream_matches_store(client, settings.data_dir)
+    assert len(await stream_ids(client)) == 6

@@ -1,0 +1,13 @@
+# The hub (and, later, the API and operators): one image, the command chooses the role.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY domain domain
+COPY projections projections
+COPY adapters adapters
+COPY services services
+RUN pip install --no-cache-dir . && useradd --system --create-home wingsmith
+USER wingsmith
+ENV WINGSMITH_DATA_DIR=/home/wingsmith/data
+ENTRYPOINT ["wingsmith"]
+CMD ["-v", "up"]
