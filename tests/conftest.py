@@ -39,9 +39,7 @@ def postgres_reachable() -> str | None:
     try:
         import psycopg
 
-        with psycopg.connect(
-            PG_URL.replace("postgresql://", "postgresql://", 1), connect_timeout=2
-        ):
+        with psycopg.connect(PG_URL, connect_timeout=2):
             return None
     except Exception as e:
         return f"PostgreSQL not reachable at {PG_URL}: {e}"
