@@ -139,6 +139,7 @@ class PublishFailed(Exception):
 class StreamTail(NamedTuple):
     seq: int  # the stream's last sequence
     position: int  # the store position of the event at that sequence
+    msg_id: str  # its Nats-Msg-Id
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +175,13 @@ class EventPublisher:
         info = await self._js.stream_info(self.stream)
         last = info.state.last_seq
         if not last:
-            return StreamTail(0, 0)
+            return StreamTail(0, 0, "")
         msg = await self._js.get_msg(self.stream, seq=last)
-        return StreamTail(last, int((msg.headers or {}).get(POSITION_HEADER, 0)))
+        headers = msg.headers or {}
+        position = headers.get(POSITION_HEADER, "")
+        return StreamTail(
+            last, int(position) if position.isdigit() else 0, headers.get("Nats-Msg-Id", "")
+        )
 
     async def publish(self, messages: list[OutMessage], after_seq: int) -> int:
         """Append `messages` right after stream sequence `after_seq`; returns the new last

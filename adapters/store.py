@@ -140,6 +140,11 @@ class EventStore:
     def load(self, aggregate_id: str) -> Aggregate | None:
         return replay(self.history(aggregate_id))
 
+    def version(self, aggregate_id: str) -> int:
+        """The aggregate's latest stored version (0 when it has none)."""
+        last = self._recorder.select_events(aggregate_id, desc=True, limit=1)
+        return last[0].originator_version if last else 0
+
     def read(self, after: int, limit: int, stop: int | None = None) -> list[Notification]:
         """Notifications with positions in (after, stop], in store order."""
         return list(

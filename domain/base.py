@@ -124,7 +124,7 @@ class Aggregate:
 
     @property
     def key(self) -> str:
-        return self.id.partition(":")[2]
+        return split_id(self.id)[1]
 
     @classmethod
     def _start(cls, event_class: type[Created], key: str, cause: Cause, **fields: Any) -> Self:
@@ -174,6 +174,12 @@ class Aggregate:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} v{self.version}>"
+
+
+def split_id(aggregate_id: str) -> tuple[str, str]:
+    """`deployment:llama--east` -> (`deployment`, `llama--east`)."""
+    kind, _, key = aggregate_id.partition(":")
+    return kind, key
 
 
 def replay(events: list[Event]) -> Aggregate | None:

@@ -209,11 +209,15 @@ class Deployment(Aggregate):
     ) -> None:
         require_writer(cause, Writer.PLANE, "admission")
         phase = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
-        if not admitted and reason is None:
-            raise InvalidValue("a deployment left pending needs a reason", field="reason")
+        if admitted == (reason is not None):
+            raise InvalidValue(
+                "a deployment left pending needs a reason, and an admitted one has none",
+                field="reason",
+            )
+        if (phase, reason) == (self.admission_phase, self.admission_reason):
+            return
         self._check_transition(phase)
-        if (phase, reason) != (self.admission_phase, self.admission_reason):
-            self._record(AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence)
+        self._record(AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence)
 
     # -- cluster-observed -------------------------------------------------------------------
 

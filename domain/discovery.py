@@ -20,7 +20,7 @@ from domain.base import (
     Writer,
     require_writer,
 )
-from domain.values import Backend, Frozen
+from domain.values import Backend, Frozen, Name
 
 
 class DiscoveryState(StrEnum):
@@ -41,8 +41,10 @@ class DiscoveredComponent(Frozen):
 class Sighting(Frozen):
     """What the operator saw: a DynamoGraphDeployment it did not render."""
 
-    namespace: str = Field(min_length=1, max_length=63)
-    name: str = Field(min_length=1, max_length=253)
+    namespace: Name
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253
+    )  # a DNS subdomain
     api_version: str
     backend: Backend | None
     components: tuple[DiscoveredComponent, ...]

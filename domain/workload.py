@@ -16,6 +16,7 @@ class Workload(Aggregate):
     serving_digest: str
     replicas: int
     cluster_pin: str | None
+    engine_args: tuple[str, ...]  # what the workload's deployments start with
     deployments: dict[str, str]  # cluster id -> deployment key
 
     @classmethod
@@ -29,6 +30,7 @@ class Workload(Aggregate):
         serving: ServingConfig,
         replicas: int,
         cluster_pin: str | None,
+        engine_args: tuple[str, ...] = (),
     ) -> Workload:
         _check_replicas(replicas)
         return cls._start(
@@ -41,6 +43,7 @@ class Workload(Aggregate):
             serving_digest=serving.digest(),
             replicas=replicas,
             cluster_pin=cluster_pin,
+            engine_args=engine_args,
         )
 
     def scale(self, cause: Cause, replicas: int) -> None:
@@ -77,6 +80,7 @@ class WorkloadCreated(Created):
     serving_digest: str
     replicas: int
     cluster_pin: str | None
+    engine_args: tuple[str, ...] = ()
 
     def apply(self, workload: Any) -> None:
         workload.project = self.project
@@ -85,6 +89,7 @@ class WorkloadCreated(Created):
         workload.serving_digest = self.serving_digest
         workload.replicas = self.replicas
         workload.cluster_pin = self.cluster_pin
+        workload.engine_args = self.engine_args
         workload.deployments = {}
 
 

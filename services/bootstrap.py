@@ -25,6 +25,7 @@ class Hub:
     store: StoreThread
     commands: CommandService
     relay: Relay | None
+    tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
 
 
 @contextlib.asynccontextmanager
@@ -69,7 +70,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             tasks.append(asyncio.create_task(relay.run(), name="wingsmith-relay"))
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
-            yield Hub(url, nc, store, commands, relay)
+            yield Hub(url, nc, store, commands, relay, tasks)
         finally:
             await _shut_down(subscription, commands, relay, tasks)
 
@@ -84,8 +85,8 @@ async def _shut_down(
         await subscription.unsubscribe()
     commands.close()
     async with asyncio.timeout(30):
-        await tasks[0]
-    if relay is not None:
+        await asyncio.gather(tasks[0], return_exceptions=True)  # a failure was reported already
+    if relay is not None and not tasks[-1].done():
         with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
             async with asyncio.timeout(10):
                 await relay.idle()

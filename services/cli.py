@@ -77,9 +77,15 @@ async def _up(args: argparse.Namespace) -> int:
     async with running_hub(settings) as hub:
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
-        await stop.wait()
+        stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
+        await asyncio.wait([stopping, *hub.tasks], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        failed = [t for t in hub.tasks if t.done()]
+        for task in failed:
+            error = task.exception() if not task.cancelled() else None
+            logging.error("%s stopped unexpectedly: %r; shutting down", task.get_name(), error)
         print("wingsmith hub stopping", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 async def _cmd(args: argparse.Namespace) -> int:

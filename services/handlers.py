@@ -66,6 +66,9 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
     _require(repo, Project, cmd.project, "project")
     if cmd.cluster is not None:
         _require(repo, Cluster, cmd.cluster, "cluster")
+        key = Deployment.key_for(cmd.workload_id, cmd.cluster)
+        if repo.get(Deployment, key) is not None:  # `a--b` on `c` and `a` on `b--c` meet here
+            raise AlreadyExists(f"deployment {key!r} already exists", field="workload_id")
     workload = Workload.create(
         cause,
         cmd.workload_id,
@@ -74,6 +77,7 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         serving=cmd.serving,
         replicas=cmd.replicas,
         cluster_pin=cmd.cluster,
+        engine_args=tuple(cmd.engine_args),
     )
     repo.add(workload)
     if cmd.cluster is not None:  # pinned: its one deployment exists from the start
@@ -86,7 +90,7 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
             serving=cmd.serving,
             desired_replicas=cmd.replicas,
             authority=Authority.MANAGED,
-            engine_args=tuple(cmd.engine_args),
+            engine_args=workload.engine_args,
         )
         repo.add(deployment)
         workload.attach_deployment(cause, cmd.cluster, deployment.key)

@@ -22,7 +22,7 @@ import orjson
 from pydantic import ValidationError
 
 from adapters.store import Conflict, EventStore, Notification, StoreThread
-from domain.base import Aggregate, Cause, DomainError, Event, Writer, replay
+from domain.base import Aggregate, Cause, DomainError, Event, Writer, replay, split_id
 from domain.receipt import CommandReceipt
 from services.commands import COMMANDS, Command
 from services.handlers import HANDLERS
@@ -109,6 +109,12 @@ class LRU(OrderedDict[str, Any]):
         super().__init__()
         self.maxsize = maxsize
 
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        if value is not default:
+            self.move_to_end(key)
+        return value
+
     def put(self, key: str, value: Any) -> None:
         self[key] = value
         self.move_to_end(key)
@@ -127,10 +133,17 @@ class UnitOfWork:
         self._events: list[Event] = []
         self._event_mark = 0
         self._pending_marks: dict[str, int] = {}
+        self._unverified: set[str] = set()  # taken from the cache, not checked against the store
 
     def get(self, cls: type[A], key: str) -> A | None:
         agg_id = cls.store_id(key)
-        aggregate = self.touched.get(agg_id) or self.cache.get(agg_id) or self.store.load(agg_id)
+        aggregate = self.touched.get(agg_id)
+        if aggregate is None:
+            aggregate = self.cache.get(agg_id)
+            if aggregate is not None:
+                self._unverified.add(agg_id)
+            else:
+                aggregate = self.store.load(agg_id)
         if aggregate is None:
             return None
         assert isinstance(aggregate, cls), f"{agg_id} is a {type(aggregate).__name__}"
@@ -154,6 +167,24 @@ class UnitOfWork:
 
     def command_events(self) -> list[Event]:
         return self._events[self._event_mark :]
+
+    def stale_reads(self) -> list[str]:
+        """Cached aggregates this command read that another writer has moved past. A command
+        that records events on one finds out by a conflict; one that records nothing only here."""
+        stale = []
+        for agg_id in self._unverified.intersection(self._pending_marks):
+            aggregate = self.touched[agg_id]
+            if not aggregate.pending and self.store.version(agg_id) != aggregate.version:
+                stale.append(agg_id)
+            else:
+                self._unverified.discard(agg_id)
+        return stale
+
+    def forget(self, agg_ids: list[str]) -> None:
+        for agg_id in agg_ids:
+            self.touched.pop(agg_id).on_record = None
+            self.cache.pop(agg_id, None)
+            self._unverified.discard(agg_id)
 
     def rollback(self) -> None:
         """Undo the current command: rebuild what it changed from the store plus the events
@@ -193,6 +224,7 @@ class UnitOfWork:
 class Outcome:
     reply: bytes
     receipt: tuple[str, dict[str, Any]] | None = None  # (payload digest, result) to remember
+    digest: str = ""  # of the command decided
 
 
 class Executor:
@@ -209,8 +241,7 @@ class Executor:
         firsts: dict[str, int] = {}
         outcomes: list[Outcome | int] = []
         for i, sub in enumerate(batch):
-            earlier = firsts.setdefault(sub.command.command_id, i)
-            outcomes.append(earlier if earlier != i else self._decide(uow, sub))
+            outcomes.append(self._decide_once(uow, sub, i, firsts, outcomes))
         try:
             notifications = self.store.save(uow.events())
         except Conflict:
@@ -219,6 +250,29 @@ class Executor:
             return self._one_by_one(batch)
         uow.committed()
         return self._replies(batch, outcomes), notifications
+
+    def _decide_once(
+        self,
+        uow: UnitOfWork,
+        sub: Submission,
+        i: int,
+        firsts: dict[str, int],
+        outcomes: list[Outcome | int],
+    ) -> Outcome | int:
+        """Decide a command, or point at the same command_id earlier in the batch: identical
+        commands share its reply; a different one after a handled one is a reuse."""
+        j = firsts.get(sub.command.command_id)
+        if j is not None:
+            first = outcomes[j]
+            assert isinstance(first, Outcome)
+            if first.digest == sub.digest:
+                return j
+            if first.receipt is not None:
+                return Outcome(_reused_reply(sub))
+        firsts[sub.command.command_id] = i
+        outcome = self._decide(uow, sub)
+        outcome.digest = sub.digest
+        return outcome
 
     def _replies(self, batch: list[Submission], outcomes: list[Outcome | int]) -> list[bytes]:
         replies: list[bytes] = []
@@ -235,17 +289,23 @@ class Executor:
         known = self._known(sub) or (self._stored_reply(sub) if check_store else None)
         if known is not None:
             return Outcome(known)
-        uow.begin()
         cause = sub.cause()
-        try:
-            result = HANDLERS[type(sub.command)](uow, sub.command, cause)
-        except DomainError as e:
-            uow.rollback()
-            return Outcome(self._stored_reply(sub) or _domain_reply(e))
-        except Exception:
-            log.exception("command %s failed", sub.command.command_id)
-            uow.rollback()
-            return Outcome(error_reply("internal", "the hub failed to handle this command"))
+        handle = HANDLERS[type(sub.command)]
+        for attempt in range(2):
+            uow.begin()
+            try:
+                result = handle(uow, sub.command, cause)
+            except DomainError as e:
+                uow.rollback()
+                return Outcome(self._stored_reply(sub) or _domain_reply(e))
+            except Exception:
+                log.exception("command %s failed", sub.command.command_id)
+                uow.rollback()
+                return Outcome(error_reply("internal", "the hub failed to handle this command"))
+            stale = [] if attempt or uow.command_events() else uow.stale_reads()
+            if not stale:
+                break
+            uow.forget(stale)  # decided on another writer's past: decide again on fresh state
         events = uow.command_events()
         refs = [_event_ref(e) for e in events]
         result = {"command_id": cause.command_id, "events": refs} | result
@@ -284,6 +344,11 @@ class Executor:
                     self.conflicts += 1
                     uow.discard()
                     continue
+                except Exception:
+                    log.exception("store failed on command %s", sub.command.command_id)
+                    uow.discard()
+                    replies.append(_UNAVAILABLE)
+                    break
                 uow.committed()
                 replies += self._replies([sub], [outcome])
                 break
@@ -292,8 +357,11 @@ class Executor:
         return replies, notifications
 
 
+_UNAVAILABLE = error_reply("unavailable", "the event store failed; nothing was saved; retry")
+
+
 def _event_ref(event: Event) -> dict[str, Any]:
-    kind, _, key = event.originator_id.partition(":")
+    kind, key = split_id(event.originator_id)
     return {
         "aggregate": kind,
         "id": key,
@@ -335,11 +403,11 @@ class CommandService:
         parsed = parse(subject, data, self.max_bytes)
         if isinstance(parsed, bytes):
             if reply_to:
-                await self.publisher.publish(reply_to, parsed)
+                await self._reply(reply_to, parsed)
             return
         if self._closing:
             if reply_to:
-                await self.publisher.publish(
+                await self._reply(
                     reply_to, error_reply("unavailable", "the hub is shutting down; retry")
                 )
             return
@@ -364,13 +432,18 @@ class CommandService:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
                 replies, notifications = await self.store.run(self.executor.execute, batch)
-            except Exception as e:  # the store is unreachable: nothing in this batch was saved
+            except Exception:  # the store is unreachable: nothing in this batch was saved
                 log.exception("store failed; refusing a batch of %d commands", len(batch))
                 self.executor.cache.clear()
-                failed = error_reply("unavailable", f"the event store failed: {e}; retry")
-                replies, notifications = [failed] * len(batch), []
+                replies, notifications = [_UNAVAILABLE] * len(batch), []
             if notifications:
                 self.on_committed(notifications)
             for sub, reply in zip(batch, replies, strict=True):
                 if sub.reply_to:
-                    await self.publisher.publish(sub.reply_to, reply)
+                    await self._reply(sub.reply_to, reply)
+
+    async def _reply(self, to: str, reply: bytes) -> None:
+        try:
+            await self.publisher.publish(to, reply)
+        except Exception as e:  # a lost reply is retried by its client; never stop serving
+            log.warning("could not reply on %s: %s", to, e)

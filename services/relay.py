@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from functools import lru_cache
 from typing import Protocol
 
 import orjson
 
-from adapters.nats_bus import OutMessage, PublishFailed, StreamTail
+from adapters.nats_bus import OutMessage, StreamTail
 from adapters.store import Notification, StoreThread
+from domain.base import split_id
 from domain.receipt import CommandReceipt
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 READ_LIMIT = 1000
 PUBLISH_LIMIT = 1000
 IDLE_POLL = 1.0
+
+
+class StreamMismatch(Exception):
+    """The stream's last event is not this store's event at that position."""
 
 
 class StreamPublisher(Protocol):
@@ -41,7 +45,7 @@ def _event_type(topic: str) -> str:
 
 def to_message(n: Notification) -> OutMessage | None:
     """The stream message for a stored event; None for records that are not published."""
-    kind, _, key = str(n.originator_id).partition(":")
+    kind, key = split_id(str(n.originator_id))
     if kind == CommandReceipt.kind:
         return None
     event_type = _event_type(n.topic)
@@ -71,6 +75,7 @@ class Relay:
         self.position = 0  # the last store position handled (published or skipped)
         self.seq = 0  # the stream's last sequence
         self.synced = asyncio.Event()
+        self.mismatch: str | None = None  # why the relay refuses to publish, if it does
         self._fed_upto = 0
 
     def feed(self, notifications: list[Notification]) -> None:
@@ -84,21 +89,35 @@ class Relay:
             try:
                 await self._sync()
                 await self._follow()
-            except (PublishFailed, TimeoutError, ConnectionError, OSError) as e:
+            except StreamMismatch as e:  # never publish onto a stream of another store
                 self.synced.clear()
-                log.warning("relay: %s; resynchronising", e)
-                await asyncio.sleep(0.25)
-            except Exception as e:  # the stream or server is not ready yet
+                self.mismatch = str(e)
+                log.error("relay: %s; not publishing until this is resolved", e)
+                await asyncio.sleep(5)
+            except Exception as e:  # a server restarting, a refused batch: start over from the tail
                 self.synced.clear()
                 log.warning("relay: %s: %s; resynchronising", type(e).__name__, e)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.25)
 
     async def _sync(self) -> None:
         """Resume from the stream's tail and publish everything stored after it."""
-        self.seq, self.position = await self._publisher.tail()
+        tail = await self._publisher.tail()
+        if tail.seq:
+            await self._check_tail(tail)
+        self.seq, self.position = tail.seq, tail.position
+        self.mismatch = None
         while await self._catch_up():
             pass
         self.synced.set()
+
+    async def _check_tail(self, tail: StreamTail) -> None:
+        stored = await self._store.run(self._store.store.read, tail.position - 1, 1, tail.position)
+        expected = to_message(stored[0]) if stored else None
+        if expected is None or expected.msg_id != tail.msg_id:
+            raise StreamMismatch(
+                f"the stream's last event {tail.msg_id!r} (position {tail.position}) is not "
+                f"this store's event at that position"
+            )
 
     async def _catch_up(self, stop: int | None = None) -> bool:
         notes = await self._store.run(self._store.store.read, self.position, READ_LIMIT, stop)
@@ -117,12 +136,15 @@ class Relay:
             self._wake.clear()
             fed, self._fed = self._fed, []
             fresh = [n for n in fed if n.id > self.position]
-            if fresh and fresh[0].id != self.position + 1:
-                while await self._catch_up(stop=fresh[0].id - 1):
+            if not fresh:
+                continue
+            if all(n.id == self.position + 1 + i for i, n in enumerate(fresh)):
+                await self._publish(fresh)
+            else:  # another writer's events lie in between: the store has the order
+                while await self._catch_up(stop=fresh[-1].id):
                     pass
-            await self._publish(n for n in fresh if n.id > self.position)
 
-    async def _publish(self, notifications: Iterable[Notification]) -> None:
+    async def _publish(self, notifications: list[Notification]) -> None:
         batch: list[OutMessage] = []
         last = self.position
         for n in notifications:
@@ -139,5 +161,7 @@ class Relay:
 
     async def idle(self) -> None:
         """Wait until everything fed so far is on the stream (for shutdown and tests)."""
-        while self.position < self._fed_upto or not self.synced.is_set():
+        while self.mismatch is None and (
+            self.position < self._fed_upto or not self.synced.is_set()
+        ):
             await asyncio.sleep(0.01)

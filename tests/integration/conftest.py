@@ -66,35 +66,29 @@ async def send_until_answered(nc: Client, verb: str, body: dict[str, Any]) -> An
 
 async def seed_deployment(nc: Client, prefix: str = "s") -> str:
     """A project, a cluster and a workload pinned to it: returns the deployment id."""
-    assert (
-        await send(
-            nc,
-            "project.set_quota",
-            {
-                "command_id": f"{prefix}-q",
-                "project": "research",
-                "device_class": "H100",
-                "devices": 8,
-            },
-        )
-    )["ok"]
-    assert (
-        await send(nc, "cluster.register", {"command_id": f"{prefix}-c", "cluster_id": "east"})
-    )["ok"]
-    reply = await send(
-        nc,
-        "workload.create",
-        {
-            "command_id": f"{prefix}-w",
-            "workload_id": "llama",
-            "project": "research",
-            "device_class": "H100",
-            "serving": LLAMA,
-            "replicas": 2,
-            "cluster": "east",
-        },
-    )
-    assert reply["ok"], reply
+    quota = {
+        "command_id": f"{prefix}-q",
+        "project": "research",
+        "device_class": "H100",
+        "devices": 8,
+    }
+    cluster = {"command_id": f"{prefix}-c", "cluster_id": "east"}
+    workload = {
+        "command_id": f"{prefix}-w",
+        "workload_id": "llama",
+        "project": "research",
+        "device_class": "H100",
+        "serving": LLAMA,
+        "replicas": 2,
+        "cluster": "east",
+    }
+    for verb, body in [
+        ("project.set_quota", quota),
+        ("cluster.register", cluster),
+        ("workload.create", workload),
+    ]:
+        reply = await send_until_answered(nc, verb, body)
+        assert reply["ok"], reply
     return "llama--east"
 
 

@@ -242,37 +242,6 @@ async def test_unknown_cluster_pin_is_refused(hub: Hub, client: Client) -> None:
     assert stored(hub) == before
 
 
-async def test_a_refused_command_in_a_batch_leaves_the_others_intact(
-    hub: Hub, client: Client
-) -> None:
-    deployment = await seed_deployment(client)
-    replies = await asyncio.gather(
-        send(
-            client,
-            "deployment.set_engine_args",
-            {"command_id": "ok-1", "deployment_id": deployment, "engine_args": ["--a"]},
-        ),
-        send(
-            client,
-            "workload.create",
-            {  # refused after it would have touched the project
-                "command_id": "dup",
-                "workload_id": "llama",
-                "project": "research",
-                "device_class": "H100",
-                "replicas": 1,
-                "serving": LLAMA,
-            },
-        ),
-        send(
-            client, "workload.scale", {"command_id": "ok-2", "workload_id": "llama", "replicas": 3}
-        ),
-    )
-    assert [r["ok"] for r in replies] == [True, False, True]
-    assert replies[1]["error"]["code"] == "already_exists"
-    assert replies[2]["result"]["replicas"] == 3
-
-
 async def test_the_same_command_twice_has_the_effect_of_once(hub: Hub, client: Client) -> None:
     body = {"command_id": "quota-42", "project": "research", "device_class": "H100", "devices": 8}
     first = await send(client, "project.set_quota", body)

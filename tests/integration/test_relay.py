@@ -122,3 +122,25 @@ async def test_a_lost_stream_is_rebuilt_from_the_store(
     async with running_hub(settings):
         await _assert_stream_matches_store(client, settings.data_dir)
     assert len(await stream_ids(client)) == 6
+
+
+async def test_a_stream_of_another_store_is_left_alone(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    first = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "a")
+    async with running_hub(first):
+        await seed_deployment(client)
+        await _assert_stream_matches_store(client, first.data_dir)
+    before = await stream_ids(client)
+    other = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "b")
+    async with running_hub(other) as hub:
+        body = {"command_id": "elsewhere", "project": "p", "device_class": "H100", "devices": 1}
+        assert (await send_until_answered(client, "project.set_quota", body))["ok"]
+        assert hub.relay is not None
+
+        async def refused() -> bool:
+            return hub.relay is not None and hub.relay.mismatch is not None
+
+        await wait_for(refused, 10, "the relay to notice the stream is not its store's")
+    assert "is not this store's event" in (hub.relay.mismatch or "")
+    assert await stream_ids(client) == before

@@ -13,7 +13,14 @@ from adapters.store import EventStore, store_env
 from services.bootstrap import running_hub
 from services.config import Settings
 
-from .conftest import seed_deployment, send_until_answered
+from .conftest import (
+    published,
+    read_store,
+    seed_deployment,
+    send_until_answered,
+    stream_ids,
+    wait_for,
+)
 
 
 async def test_two_hubs_on_one_store_lose_no_update(
@@ -40,6 +47,14 @@ async def test_two_hubs_on_one_store_lose_no_update(
             )
         )
         conflicts = hub_a.commands.executor.conflicts + hub_b.commands.executor.conflicts
+        written_by_b = len(hub_b.commands.executor.receipts)
+
+        async def relayed() -> bool:  # hub a relays hub b's events too, in store order
+            return len(await stream_ids(client)) == 6 + 300
+
+        await wait_for(relayed, 30, "both hubs' events on the stream")
+    assert written_by_b > 0, "hub b handled no command: the test proved nothing"
+    assert await stream_ids(client) == published(read_store(tmp_path, store_url))
     assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:3]
     versions = sorted(e["version"] for r in replies for e in r["result"]["events"])
     assert versions == list(range(2, 302)), "each update is its own stored version"

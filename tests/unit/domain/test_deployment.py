@@ -176,3 +176,14 @@ def test_disable_and_enable() -> None:
     d.disable(plane())
     d.enable(plane())
     assert recorded(d) == ["DeploymentDisabled", "DeploymentEnabled"]
+
+
+def test_admission_decisions_name_a_reason_only_when_pending() -> None:
+    d = managed()
+    with pytest.raises(InvalidValue):
+        d.decide_admission(
+            plane(), admitted=True, reason=AdmissionReason.INSUFFICIENT_QUOTA, evidence={}
+        )
+    admit(d)
+    admit(d)  # deciding the same again is no transition and no event
+    assert recorded(d) == ["AdmissionDecided"]

@@ -21,7 +21,6 @@ from domain.deployment import (
     ClusterPhase,
     Deployment,
     DeploymentStatus,
-    EngineArgsSet,
     ImportedArgsObserved,
     ServingConfigChanged,
     StatusObserved,
@@ -65,6 +64,7 @@ class DeploymentMachine(RuleBasedStateMachine):
             "engine_args": (),
             "imported_args": tuple(imported) if observed else None,
             "serving_digest": SERVINGS[0].digest(),
+            "authority": Authority.OBSERVED if observed else Authority.MANAGED,
         }
 
     def _attempt(self, method: str, *args: Any, **kwargs: Any) -> bool:
@@ -106,7 +106,11 @@ class DeploymentMachine(RuleBasedStateMachine):
 
     @rule(force=st.booleans())
     def promote(self, force: bool) -> None:
-        self._attempt("promote_authority", plane(), force=force)
+        m = self.model
+        drift = m["imported_args"] is not None and m["imported_args"] != m["engine_args"]
+        expected = m["authority"] is Authority.MANAGED or force or not drift
+        assert self._attempt("promote_authority", plane(), force=force) == expected
+        m["authority"] = Authority.MANAGED if expected else m["authority"]
 
     @rule(admitted=st.booleans(), reason=st.sampled_from([None, *AdmissionReason]))
     def decide(self, admitted: bool, reason: AdmissionReason | None) -> None:
@@ -137,12 +141,12 @@ class DeploymentMachine(RuleBasedStateMachine):
     @rule(wrong=st.sampled_from(["scale", "observe_status"]))
     def wrong_writer(self, wrong: str) -> None:
         if wrong == "scale":
-            self._attempt("scale", cluster(), 3)
+            assert not self._attempt("scale", cluster(), 3)
         else:
             status = DeploymentStatus(
                 phase=ClusterPhase.READY, ready_replicas=1, desired_replicas=1
             )
-            self._attempt("observe_status", plane(), status)
+            assert not self._attempt("observe_status", plane(), status)
 
     def _of(self, *types: type[Event]) -> list[Event]:
         return [e for e in self.history if isinstance(e, types)]
@@ -176,7 +180,6 @@ class DeploymentMachine(RuleBasedStateMachine):
     @invariant()
     def observed_fields_have_their_own_writers(self) -> None:
         assert (self.d.status is None) == (not self._of(StatusObserved))
-        assert all(e.command_id for e in self._of(EngineArgsSet, ImportedArgsObserved))
         managed_from_birth = self.history[0].authority is Authority.MANAGED  # type: ignore[attr-defined]
         if managed_from_birth and not self._of(ImportedArgsObserved):
             assert self.d.imported_args is None
