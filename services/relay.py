@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -41,6 +41,21 @@ class StreamPublisher(Protocol):
 @lru_cache(maxsize=512)
 def _event_type(topic: str) -> str:
     return topic.rpartition(":")[2].rpartition(".")[2]
+
+
+def envelope(n: Notification) -> dict[str, Any] | None:
+    """A stored event as the stream carries it, decoded: what projections fold."""
+    kind, key = split_id(str(n.originator_id))
+    if kind == CommandReceipt.kind:
+        return None
+    return {
+        "position": n.id,
+        "aggregate": kind,
+        "aggregate_id": key,
+        "version": n.originator_version,
+        "type": _event_type(n.topic),
+        "event": orjson.loads(n.state),
+    }
 
 
 def to_message(n: Notification) -> OutMessage | None:

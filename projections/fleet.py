@@ -1,0 +1,471 @@
+"""Fleet views: workload phase, free device capacity, quota use, deployment health, discovered
+inventory and allocations. Each is a pure fold (see `base.Projection`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from projections.base import Projection, View, handles
+
+E = Mapping[str, Any]
+RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
+HOLDS_DEVICES = {"admitted", "placed", "running"}
+
+
+def workload_phase(phases: Iterable[str]) -> str:
+    """running if all deployments are; failed if any failed; else the least advanced phase."""
+    phases = list(phases)
+    if not phases:
+        return "pending"
+    if "failed" in phases:
+        return "failed"
+    return min(phases, key=RANK.__getitem__)
+
+
+class WorkloadPhase(Projection):
+    """Key: workload id. The workload's phase with each deployment's phase beside it."""
+
+    name = "workload_phase"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workload_of: dict[str, str] = {}
+
+    def _view(self, workload_id: str) -> View:
+        return self.views.setdefault(
+            workload_id, {"workload_id": workload_id, "phase": "pending", "deployments": {}}
+        )
+
+    @handles("WorkloadCreated")
+    def _workload(self, workload_id: str, e: E) -> set[str]:
+        self._view(workload_id)
+        return {workload_id}
+
+    @handles("DeploymentCreated")
+    def _deployment(self, deployment_id: str, e: E) -> set[str]:
+        self.workload_of[deployment_id] = e["workload_id"]
+        return self._set(deployment_id, "pending")
+
+    @handles("AdmissionDecided")
+    def _decided(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, e["phase"])
+
+    @handles("DeploymentPlaced")
+    def _placed(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, "placed")
+
+    @handles("DeploymentRunning")
+    def _running(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, "running")
+
+    @handles("DeploymentFailed")
+    def _failed(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, "failed")
+
+    def _set(self, deployment_id: str, phase: str) -> set[str]:
+        workload_id = self.workload_of[deployment_id]
+        view = self._view(workload_id)
+        view["deployments"][deployment_id] = phase
+        view["phase"] = workload_phase(view["deployments"].values())
+        return {workload_id}
+
+
+class _Allocations(Projection):
+    """Shared bookkeeping: which deployment is where, and which devices live replicas hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deployments: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[str, dict[str, Any]] = {}
+
+    @handles("DeploymentCreated")
+    def _track_deployment(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id] = {
+            "cluster_id": e["cluster_id"],
+            "project": e["project"],
+            "device_class": e["device_class"],
+            "per_replica": e["serving"]["devices_per_replica"],
+            "desired": e["desired_replicas"],
+            "phase": "pending",
+            "enabled": True,
+            "allocated": 0,
+        }
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentScaled")
+    def _scaled(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id]["desired"] = e["desired_replicas"]
+        return self._deployment_changed(deployment_id)
+
+    @handles("ServingConfigChanged")
+    def _reserving(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id]["per_replica"] = e["serving"]["devices_per_replica"]
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentEnabled")
+    def _enabled(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id]["enabled"] = True
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentDisabled")
+    def _disabled(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id]["enabled"] = False
+        return self._deployment_changed(deployment_id)
+
+    @handles("AdmissionDecided")
+    def _admission(self, deployment_id: str, e: E) -> set[str]:
+        self.deployments[deployment_id]["phase"] = e["phase"]
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentPlaced")
+    def _placed(self, deployment_id: str, e: E) -> set[str]:
+        return self._phase(deployment_id, "placed")
+
+    @handles("DeploymentRunning")
+    def _running(self, deployment_id: str, e: E) -> set[str]:
+        return self._phase(deployment_id, "running")
+
+    @handles("DeploymentFailed")
+    def _failed(self, deployment_id: str, e: E) -> set[str]:
+        return self._phase(deployment_id, "failed")
+
+    def _phase(self, deployment_id: str, phase: str) -> set[str]:
+        self.deployments[deployment_id]["phase"] = phase
+        return self._deployment_changed(deployment_id)
+
+    @handles("ReplicaStarted")
+    def _started(self, replica_id: str, e: E) -> set[str]:
+        self.replicas[replica_id] = {
+            "deployment_id": e["deployment_id"],
+            "node_id": e["node_id"],
+            "device_ids": list(e["device_ids"]),
+        }
+        return self._allocation(replica_id, +len(e["device_ids"]))
+
+    @handles("ReplicaTerminated")
+    def _terminated(self, replica_id: str, e: E) -> set[str]:
+        replica = self.replicas.get(replica_id)
+        if replica is None:
+            return set()
+        changed = self._allocation(replica_id, -len(replica["device_ids"]))
+        del self.replicas[replica_id]
+        return changed
+
+    def _allocation(self, replica_id: str, devices: int) -> set[str]:
+        deployment_id = self.replicas[replica_id]["deployment_id"]
+        deployment = self.deployments.get(deployment_id)
+        if deployment is None:  # a replica of a deployment this plane does not know
+            return set()
+        deployment["allocated"] += devices
+        return self._deployment_changed(deployment_id) | self._replica_changed(replica_id)
+
+    def _deployment_changed(self, deployment_id: str) -> set[str]:
+        return set()
+
+    def _replica_changed(self, replica_id: str) -> set[str]:
+        return set()
+
+
+class Capacity(_Allocations):
+    """Key: `<cluster>.<device class>`. Devices in live allocations are allocated, never free;
+    an admitted deployment reserves what it has not been allocated yet."""
+
+    name = "capacity"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # deployment id -> (reserved, allocated) as last counted in its row
+        self.counted: dict[str, tuple[int, int]] = {}
+
+    def _key(self, cluster_id: str, device_class: str) -> str:
+        return f"{cluster_id}.{device_class}"
+
+    def _row(self, key: str) -> View:
+        cluster_id, _, device_class = key.partition(".")
+        return self.views.setdefault(
+            key,
+            {
+                "cluster_id": cluster_id,
+                "device_class": device_class,
+                "total": 0,
+                "allocated": 0,
+                "reserved": 0,
+                "free": 0,
+            },
+        )
+
+    @handles("InventoryReported")
+    def _inventory(self, cluster_id: str, e: E) -> set[str]:
+        totals: dict[str, int] = {}
+        for node in e["nodes"]:
+            totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+        changed = set()
+        for key, view in self.views.items():
+            if view["cluster_id"] == cluster_id and view["device_class"] not in totals:
+                view["total"] = 0
+                changed.add(self._free(key))
+        for device_class, total in totals.items():
+            key = self._key(cluster_id, device_class)
+            self._row(key)["total"] = total
+            changed.add(self._free(key))
+        return changed
+
+    def _deployment_changed(self, deployment_id: str) -> set[str]:
+        """Move this deployment's share of its row by the difference it now makes."""
+        d = self.deployments[deployment_id]
+        key = self._key(d["cluster_id"], d["device_class"])
+        row = self._row(key)
+        wanted = d["desired"] * d["per_replica"] if d["enabled"] else 0
+        reserved = max(wanted - d["allocated"], 0) if d["phase"] in HOLDS_DEVICES else 0
+        before_reserved, before_allocated = self.counted.get(deployment_id, (0, 0))
+        row["reserved"] += reserved - before_reserved
+        row["allocated"] += d["allocated"] - before_allocated
+        self.counted[deployment_id] = (reserved, d["allocated"])
+        return {self._free(key)}
+
+    def _free(self, key: str) -> str:
+        row = self.views[key]
+        row["free"] = max(row["total"] - row["allocated"] - row["reserved"], 0)
+        return key
+
+
+class QuotaUse(_Allocations):
+    """Key: `<project>.<device class>`. Use is counted from live allocations."""
+
+    name = "quota_use"
+
+    def _row(self, project: str, device_class: str) -> tuple[str, View]:
+        key = f"{project}.{device_class}"
+        return key, self.views.setdefault(
+            key,
+            {
+                "project": project,
+                "device_class": device_class,
+                "quota": 0,
+                "used": 0,
+                "available": 0,
+            },
+        )
+
+    @handles("QuotaSet")
+    def _quota(self, project: str, e: E) -> set[str]:
+        key, row = self._row(project, e["device_class"])
+        row["quota"] = e["devices"]
+        return {self._available(row, key)}
+
+    def _allocation(self, replica_id: str, devices: int) -> set[str]:
+        deployment = self.deployments.get(self.replicas[replica_id]["deployment_id"])
+        if deployment is None:
+            return set()
+        key, row = self._row(deployment["project"], deployment["device_class"])
+        row["used"] += devices
+        return {self._available(row, key)}
+
+    @staticmethod
+    def _available(row: View, key: str) -> str:
+        row["available"] = row["quota"] - row["used"]
+        return key
+
+
+class DeploymentHealth(Projection):
+    """Key: deployment id. Desired against ready replicas, the cluster's status (null until the
+    cluster reports), live digests, and drift for observed deployments."""
+
+    name = "deployment_health"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready: dict[str, tuple[str, bool]] = {}  # replica id -> (deployment id, ready)
+
+    @handles("DeploymentCreated")
+    def _created(self, deployment_id: str, e: E) -> set[str]:
+        self.views[deployment_id] = {
+            "deployment_id": deployment_id,
+            "workload_id": e["workload_id"],
+            "cluster_id": e["cluster_id"],
+            "desired_replicas": e["desired_replicas"],
+            "ready_replicas": 0,
+            "enabled": True,
+            "degraded": False,
+            "status": None,
+            "live_digests": {},
+            "authority": e["authority"],
+            "serving_digest": e["serving_digest"],
+            "engine_args": list(e["engine_args"]),
+            "imported_args": e["imported_args"],
+            "drift": None,
+        }
+        return self._judge(deployment_id)
+
+    def _set(self, deployment_id: str, **fields: Any) -> set[str]:
+        view = self.views.get(deployment_id)
+        if view is None:
+            return set()
+        view.update(fields)
+        return self._judge(deployment_id)
+
+    @handles("DeploymentScaled")
+    def _scaled(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, desired_replicas=e["desired_replicas"])
+
+    @handles("DeploymentEnabled")
+    def _enabled(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, enabled=True)
+
+    @handles("DeploymentDisabled")
+    def _disabled(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, enabled=False)
+
+    @handles("StatusObserved")
+    def _status(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, status=e["status"])
+
+    @handles("LiveDigestsObserved")
+    def _digests(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, live_digests=e["live_digests"])
+
+    @handles("ServingConfigChanged")
+    def _serving(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, serving_digest=e["serving_digest"])
+
+    @handles("AuthorityPromoted")
+    def _promoted(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, authority=e["authority"])
+
+    @handles("EngineArgsSet")
+    def _engine_args(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, engine_args=list(e["engine_args"]))
+
+    @handles("ImportedArgsObserved")
+    def _imported_args(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, imported_args=list(e["imported_args"]))
+
+    @handles("ReplicaStarted")
+    def _started(self, replica_id: str, e: E) -> set[str]:
+        self.ready[replica_id] = (e["deployment_id"], False)
+        return set()
+
+    @handles("ReplicaReady")
+    def _replica_ready(self, replica_id: str, e: E) -> set[str]:
+        return self._readiness(replica_id, ready=True)
+
+    @handles("ReplicaNotReady", "ReplicaTerminated")
+    def _replica_gone(self, replica_id: str, e: E) -> set[str]:
+        return self._readiness(replica_id, ready=False)
+
+    def _readiness(self, replica_id: str, *, ready: bool) -> set[str]:
+        deployment_id, was = self.ready.get(replica_id, ("", False))
+        self.ready[replica_id] = (deployment_id, ready)
+        view = self.views.get(deployment_id)
+        if view is None or was == ready:
+            return set()
+        view["ready_replicas"] += 1 if ready else -1
+        return self._judge(deployment_id)
+
+    def _judge(self, deployment_id: str) -> set[str]:
+        v = self.views[deployment_id]
+        v["degraded"] = v["enabled"] and v["ready_replicas"] < v["desired_replicas"]
+        observed_drift = (
+            v["authority"] == "observed"
+            and v["imported_args"] is not None
+            and v["imported_args"] != v["engine_args"]
+        )
+        v["drift"] = (
+            {"engine_args": v["engine_args"], "imported_args": v["imported_args"]}
+            if observed_drift
+            else None
+        )
+        return {deployment_id}
+
+
+class Discovered(Projection):
+    """Key: discovery id. Every sighting with its state; `listed` leaves out ignored ones."""
+
+    name = "discovered"
+
+    @handles("DiscoverySighted")
+    def _sighted(self, discovery_id: str, e: E) -> set[str]:
+        self.views[discovery_id] = {
+            "discovery_id": discovery_id,
+            "cluster_id": e["cluster_id"],
+            "state": "sighted",
+            "workload_id": None,
+            **e["sighting"],
+        }
+        return {discovery_id}
+
+    @handles("DiscoveryResighted")
+    def _resighted(self, discovery_id: str, e: E) -> set[str]:
+        self.views[discovery_id].update(e["sighting"])
+        return {discovery_id}
+
+    @handles("DiscoveryTracked")
+    def _tracked(self, discovery_id: str, e: E) -> set[str]:
+        self.views[discovery_id]["state"] = "tracked"
+        return {discovery_id}
+
+    @handles("DiscoveryIgnored")
+    def _ignored(self, discovery_id: str, e: E) -> set[str]:
+        self.views[discovery_id]["state"] = "ignored"
+        return {discovery_id}
+
+    @handles("DiscoveryPromoted")
+    def _promoted(self, discovery_id: str, e: E) -> set[str]:
+        self.views[discovery_id].update(state="promoted", workload_id=e["workload_id"])
+        return {discovery_id}
+
+    def listed(self, *, include_ignored: bool = False) -> list[View]:
+        return [v for v in self.views.values() if include_ignored or v["state"] != "ignored"]
+
+
+class Allocations(_Allocations):
+    """Key: replica id. Which devices a live replica holds, on which node and in which topology
+    domain. A terminated replica's view is removed."""
+
+    name = "allocations"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.domains: dict[str, dict[str, str | None]] = {}  # cluster -> node -> domain
+
+    @handles("InventoryReported")
+    def _inventory(self, cluster_id: str, e: E) -> set[str]:
+        self.domains[cluster_id] = {n["node_id"]: n["topology_domain"] for n in e["nodes"]}
+        return {
+            r for r, v in self.views.items() if v["cluster_id"] == cluster_id and self._place(r)
+        }
+
+    def _replica_changed(self, replica_id: str) -> set[str]:
+        replica = self.replicas[replica_id]
+        deployment = self.deployments[replica["deployment_id"]]
+        if replica_id in self.views:  # terminated: its devices are free again
+            del self.views[replica_id]
+            return {replica_id}
+        self.views[replica_id] = {
+            "replica_id": replica_id,
+            "deployment_id": replica["deployment_id"],
+            "cluster_id": deployment["cluster_id"],
+            "node_id": replica["node_id"],
+            "device_ids": replica["device_ids"],
+            "topology_domain": None,
+        }
+        self._place(replica_id)
+        return {replica_id}
+
+    def _place(self, replica_id: str) -> bool:
+        view = self.views[replica_id]
+        domain = self.domains.get(view["cluster_id"], {}).get(view["node_id"])
+        changed: bool = domain != view["topology_domain"]
+        view["topology_domain"] = domain
+        return changed
+
+
+PROJECTIONS: tuple[type[Projection], ...] = (
+    WorkloadPhase,
+    Capacity,
+    QuotaUse,
+    DeploymentHealth,
+    Discovered,
+    Allocations,
+)

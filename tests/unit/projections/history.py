@@ -1,0 +1,201 @@
+"""Random but valid fleet histories, made by the real domain aggregates, as stream envelopes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import strategies as st
+
+from domain.base import Aggregate, Cause, DomainError, Event, Writer, split_id
+from domain.cluster import Cluster, Node
+from domain.deployment import AdmissionReason, Deployment
+from domain.project import Project
+from domain.replica import Replica
+from domain.values import ServingConfig
+from domain.workload import Workload
+
+PLANE = Cause(command_id="c", correlation_id="c", at=datetime(2026, 11, 29, tzinfo=UTC))
+CLUSTER = replace(PLANE, writer=Writer.CLUSTER)
+CLUSTERS = ("east", "west")
+CLASSES = ("H100", "A100")
+
+
+def serving(devices: int) -> ServingConfig:
+    return ServingConfig(
+        model="m", backend="vllm", engine_version="1.0", devices_per_replica=devices
+    )
+
+
+class Fleet:
+    """Applies operations through the domain, keeping every event in order as an envelope."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[dict[str, Any]] = []
+        self.deployments: dict[str, Deployment] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.next_device = 0
+        for name in CLUSTERS:
+            cluster = Cluster.register(PLANE, name, None, {})
+            cluster.report_inventory(
+                PLANE,
+                tuple(
+                    Node(
+                        node_id=f"{name}-{dc}",
+                        device_class=dc,
+                        devices=16,
+                        topology_domain=f"{name}-nvl",
+                    )
+                    for dc in CLASSES
+                ),
+            )
+            self._keep(cluster)
+        project = Project.register(PLANE, "p")
+        for dc in CLASSES:
+            project.set_quota(PLANE, dc, 24)
+        self._keep(project)
+
+    def _keep(self, *aggregates: Aggregate) -> None:
+        for aggregate in aggregates:
+            for event in aggregate.collect_events():
+                self.envelopes.append(envelope(event, len(self.envelopes) + 1))
+
+    def run(self, op: tuple[Any, ...]) -> None:
+        try:
+            getattr(self, op[0])(*op[1:])
+        except (DomainError, KeyError, IndexError, ZeroDivisionError):
+            for aggregate in [*self.deployments.values(), *self.replicas.values()]:
+                aggregate.collect_events()  # a refused operation recorded nothing anyway
+
+    def create(self, i: int, cluster: str, dc: str, replicas: int, per_replica: int) -> None:
+        workload_id = f"w{i}"
+        if Deployment.key_for(workload_id, cluster) in self.deployments:
+            return
+        workload = Workload.create(
+            PLANE,
+            workload_id,
+            project="p",
+            device_class=dc,
+            serving=serving(per_replica),
+            replicas=replicas,
+            cluster_pin=cluster,
+        )
+        d = Deployment.create(
+            PLANE,
+            workload_id=workload_id,
+            cluster_id=cluster,
+            project="p",
+            device_class=dc,
+            serving=serving(per_replica),
+            desired_replicas=replicas,
+        )
+        self._keep(workload, d)
+        self.deployments[d.key] = d
+
+    def _deployment(self, i: int) -> Deployment:
+        return list(self.deployments.values())[i % len(self.deployments)]
+
+    def admit(self, i: int, admitted: bool) -> None:
+        d = self._deployment(i)
+        reason = None if admitted else AdmissionReason.INSUFFICIENT_CAPACITY
+        d.decide_admission(PLANE, admitted=admitted, reason=reason, evidence={})
+        self._keep(d)
+
+    def place(self, i: int) -> None:
+        d = self._deployment(i)
+        d.mark_placed(CLUSTER)
+        self._keep(d)
+
+    def fail(self, i: int) -> None:
+        d = self._deployment(i)
+        d.mark_failed(CLUSTER, "CrashLoopBackOff", "exited")
+        self._keep(d)
+
+    def scale(self, i: int, n: int) -> None:
+        d = self._deployment(i)
+        d.scale(PLANE, n)
+        self._keep(d)
+
+    def toggle(self, i: int, on: bool) -> None:
+        d = self._deployment(i)
+        d.enable(PLANE) if on else d.disable(PLANE)
+        self._keep(d)
+
+    def start(self, i: int) -> None:
+        d = self._deployment(i)
+        devices = tuple(f"GPU-{self.next_device + k}" for k in range(d.serving.devices_per_replica))
+        self.next_device += len(devices)
+        r = Replica.start(
+            CLUSTER,
+            deployment_id=d.key,
+            name=f"pod-{len(self.replicas)}",
+            node_id=f"{d.cluster_id}-{d.device_class}",
+            device_ids=devices,
+            serving_digest=d.serving_digest,
+            engine_version="1.0",
+        )
+        self.replicas[r.key] = r
+        self._keep(r)
+
+    def _replica(self, i: int) -> Replica:
+        return list(self.replicas.values())[i % len(self.replicas)]
+
+    def ready(self, i: int, ready: bool) -> None:
+        r = self._replica(i)
+        r.mark_ready(CLUSTER) if ready else r.mark_not_ready(CLUSTER)
+        self._keep(r)
+        if ready:
+            d = self.deployments[r.deployment_id]
+            d.mark_running(CLUSTER)
+            self._keep(d)
+
+    def terminate(self, i: int) -> None:
+        r = self._replica(i)
+        r.terminate(CLUSTER)
+        self._keep(r)
+
+
+def envelope(event: Event, position: int) -> dict[str, Any]:
+    kind, key = split_id(event.originator_id)
+    data = event.model_dump(mode="json", exclude={"originator_id", "originator_version"})
+    return {
+        "position": position,
+        "aggregate": kind,
+        "aggregate_id": key,
+        "version": event.originator_version,
+        "type": type(event).__name__,
+        "event": data,
+    }
+
+
+i = st.integers(0, 50)
+CREATE = st.tuples(
+    st.just("create"),
+    i,
+    st.sampled_from(CLUSTERS),
+    st.sampled_from(CLASSES),
+    st.integers(0, 4),
+    st.sampled_from([1, 2, 4]),
+)
+OPERATIONS = st.one_of(
+    CREATE,
+    st.tuples(st.just("admit"), i, st.booleans()),
+    st.tuples(st.just("place"), i),
+    st.tuples(st.just("fail"), i),
+    st.tuples(st.just("scale"), i, st.integers(0, 6)),
+    st.tuples(st.just("toggle"), i, st.booleans()),
+    st.tuples(st.just("start"), i),
+    st.tuples(st.just("ready"), i, st.booleans()),
+    st.tuples(st.just("terminate"), i),
+)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> Fleet:
+    fleet = Fleet()
+    for op in draw(st.lists(CREATE, min_size=1, max_size=4)):
+        fleet.run(op)
+    for op in draw(st.lists(OPERATIONS, min_size=5, max_size=80)):
+        fleet.run(op)
+    return fleet

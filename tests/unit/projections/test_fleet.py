@@ -1,0 +1,128 @@
+"""Hand-computed answers of each projection for small histories."""
+
+from __future__ import annotations
+
+from projections.fleet import (
+    Capacity,
+    DeploymentHealth,
+    Discovered,
+    QuotaUse,
+    WorkloadPhase,
+    workload_phase,
+)
+
+from .history import Fleet
+from .test_properties import fold
+
+
+def test_workload_phase_rule() -> None:
+    assert workload_phase(["running", "running"]) == "running"
+    assert workload_phase(["running", "failed", "pending"]) == "failed"
+    assert workload_phase(["running", "placed", "admitted"]) == "admitted"
+    assert workload_phase([]) == "pending"
+
+
+def fleet_with_one_deployment() -> Fleet:
+    fleet = Fleet()  # east and west: 16 H100 and 16 A100 each; project p: 24 of each
+    fleet.run(("create", 1, "east", "H100", 2, 4))  # w1--east: 2 replicas x 4 H100
+    return fleet
+
+
+def test_an_admitted_deployment_reserves_then_allocates() -> None:
+    fleet = fleet_with_one_deployment()
+    row = lambda: fold(Capacity, fleet.envelopes).views["east.H100"]  # noqa: E731
+    assert row() == {
+        "cluster_id": "east",
+        "device_class": "H100",
+        "total": 16,
+        "allocated": 0,
+        "reserved": 0,
+        "free": 16,
+    }
+    fleet.run(("admit", 0, True))
+    assert (row()["reserved"], row()["free"]) == (8, 8)
+    fleet.run(("place", 0))
+    fleet.run(("start", 0))
+    assert (row()["allocated"], row()["reserved"], row()["free"]) == (4, 4, 8)
+    fleet.run(("scale", 0, 3))
+    assert (row()["allocated"], row()["reserved"], row()["free"]) == (4, 8, 4)
+    fleet.run(("terminate", 0))
+    assert (row()["allocated"], row()["reserved"], row()["free"]) == (0, 12, 4)
+    fleet.run(("toggle", 0, False))
+    assert (row()["allocated"], row()["reserved"], row()["free"]) == (0, 0, 16)
+
+
+def test_quota_use_follows_live_allocations() -> None:
+    fleet = fleet_with_one_deployment()
+    fleet.run(("admit", 0, True))
+    fleet.run(("start", 0))
+    fleet.run(("start", 0))
+    assert fold(QuotaUse, fleet.envelopes).views["p.H100"] == {
+        "project": "p",
+        "device_class": "H100",
+        "quota": 24,
+        "used": 8,
+        "available": 16,
+    }
+
+
+def test_workload_and_deployment_views_follow_the_cluster() -> None:
+    fleet = fleet_with_one_deployment()
+    health = fold(DeploymentHealth, fleet.envelopes).views["w1--east"]
+    assert (health["status"], health["ready_replicas"], health["degraded"]) == (None, 0, True)
+    fleet.run(("admit", 0, True))
+    fleet.run(("place", 0))
+    fleet.run(("start", 0))
+    fleet.run(("ready", 0, True))
+    phases = fold(WorkloadPhase, fleet.envelopes).views["w1"]
+    assert phases == {
+        "workload_id": "w1",
+        "phase": "running",
+        "deployments": {"w1--east": "running"},
+    }
+    health = fold(DeploymentHealth, fleet.envelopes).views["w1--east"]
+    assert (health["ready_replicas"], health["desired_replicas"], health["degraded"]) == (
+        1,
+        2,
+        True,
+    )
+    fleet.run(("create", 2, "west", "A100", 1, 1))
+    assert fold(WorkloadPhase, fleet.envelopes).views["w1"]["phase"] == "running"
+    assert fold(WorkloadPhase, fleet.envelopes).views["w2"]["phase"] == "pending"
+
+
+def test_ignored_discoveries_leave_the_default_list() -> None:
+    sighting = {
+        "namespace": "ns",
+        "name": "qwen",
+        "api_version": "nvidia.com/v1beta1",
+        "backend": "vllm",
+        "components": [],
+    }
+    events = [
+        {
+            "position": 1,
+            "aggregate": "discovery",
+            "aggregate_id": "east--ns--qwen",
+            "type": "DiscoverySighted",
+            "event": {"cluster_id": "east", "sighting": sighting},
+        },
+        {
+            "position": 2,
+            "aggregate": "discovery",
+            "aggregate_id": "east--ns--old",
+            "type": "DiscoverySighted",
+            "event": {"cluster_id": "east", "sighting": sighting | {"name": "old"}},
+        },
+        {
+            "position": 3,
+            "aggregate": "discovery",
+            "aggregate_id": "east--ns--old",
+            "type": "DiscoveryIgnored",
+            "event": {},
+        },
+    ]
+    discovered = fold(Discovered, events)
+    assert isinstance(discovered, Discovered)
+    assert [v["name"] for v in discovered.listed()] == ["qwen"]
+    assert len(discovered.listed(include_ignored=True)) == 2

@@ -1,0 +1,78 @@
+"""Properties of every projection over random fleet histories made by the real domain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.base import Projection
+from projections.fleet import PROJECTIONS, Capacity, QuotaUse
+
+from .history import Fleet, histories
+
+settings.register_profile("projections", max_examples=80, deadline=None)
+settings.load_profile("projections")
+
+
+def fold(cls: type[Projection], envelopes: list[dict[str, Any]]) -> Projection:
+    projection = cls()
+    for e in envelopes:
+        projection.apply(e)
+    return projection
+
+
+@given(histories(), st.data())
+def test_rebuild_from_zero_equals_incremental_with_checkpoints(fleet: Fleet, data: Any) -> None:
+    events = fleet.envelopes
+    for cls in PROJECTIONS:
+        cut = data.draw(st.integers(0, len(events)), label=f"{cls.name} checkpoint")
+        first = fold(cls, events[:cut])
+        resumed = cls()  # restored from a serialised checkpoint, then fed the rest
+        resumed.restore(orjson.loads(orjson.dumps(first.state())))
+        for e in events[cut:]:
+            resumed.apply(e)
+        assert resumed.views == fold(cls, events).views, cls.name
+
+
+@given(histories(), st.data())
+def test_delivering_events_twice_changes_nothing(fleet: Fleet, data: Any) -> None:
+    events = fleet.envelopes
+    with_repeats = []
+    for n, e in enumerate(events):
+        with_repeats += [e, e]  # redelivered at once, as after a lost ack
+        if data.draw(st.booleans()):  # and later, as after a reconnect
+            with_repeats.append(events[data.draw(st.integers(0, n))])
+    for cls in PROJECTIONS:
+        assert fold(cls, with_repeats).views == fold(cls, events).views, cls.name
+
+
+@given(histories())
+def test_allocated_devices_are_never_free(fleet: Fleet) -> None:
+    capacity = fold(Capacity, fleet.envelopes)
+    live: dict[str, int] = {}
+    for replica in fleet.replicas.values():
+        if not replica.terminated:
+            d = fleet.deployments[replica.deployment_id]
+            key = f"{d.cluster_id}.{d.device_class}"
+            live[key] = live.get(key, 0) + len(replica.device_ids)
+    for key, row in capacity.views.items():
+        assert row["allocated"] == live.get(key, 0), key
+        assert row["free"] == max(row["total"] - row["allocated"] - row["reserved"], 0)
+        assert row["reserved"] >= 0
+
+
+@given(histories())
+def test_quota_use_counts_live_allocations(fleet: Fleet) -> None:
+    use = fold(QuotaUse, fleet.envelopes)
+    used: dict[str, int] = {}
+    for replica in fleet.replicas.values():
+        if not replica.terminated:
+            d = fleet.deployments[replica.deployment_id]
+            used[d.device_class] = used.get(d.device_class, 0) + len(replica.device_ids)
+    for dc in ("H100", "A100"):
+        row = use.views[f"p.{dc}"]
+        assert row["used"] == used.get(dc, 0)
+        assert row["available"] == 24 - row["used"]
