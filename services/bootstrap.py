@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from adapters import nats_bus
+from adapters.checkpoints import CheckpointStore
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.store import Notification, StoreThread, store_env
+from projections.fleet import PROJECTIONS
 from services.config import Settings
 from services.hub import CommandService
+from services.projector import Projector
 from services.relay import Relay
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,7 @@ class Hub:
     store: StoreThread
     commands: CommandService
     relay: Relay | None
+    projector: Projector | None
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
 
 
@@ -51,48 +55,77 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         nc = await nats_bus.connect(url, "wingsmith-hub")
         stack.push_async_callback(nc.close)
         await nats_bus.ensure_streams(nc, settings.stream_replicas)
-        store = await StoreThread.open(store_env(settings.store_url, settings.data_dir))
+        env = store_env(settings.store_url, settings.data_dir)
+        store = await StoreThread.open(env)
         stack.push_async_callback(store.close)
 
         relay: Relay | None = None
+        projector: Projector | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
-        if settings.relay:
+        if settings.relay:  # one hub per store runs the relay and the projector
             publisher = nats_bus.EventPublisher(nc)
             await publisher.start()
             stack.push_async_callback(publisher.close)
             relay = Relay(store, publisher)
             on_committed = relay.feed
+            projector = await _projector(nc, store, env, settings)
+            stack.push_async_callback(store.run, projector.checkpoints.close)
         commands = CommandService(
             store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes
         )
-        tasks = [asyncio.create_task(commands.run(), name="wingsmith-commands")]
+        tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
-            tasks.append(asyncio.create_task(relay.run(), name="wingsmith-relay"))
+            tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
+        if projector is not None:
+            tasks["projector"] = asyncio.create_task(projector.run(), name="wingsmith-projector")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
-            yield Hub(url, nc, store, commands, relay, tasks)
+            yield Hub(url, nc, store, commands, relay, projector, list(tasks.values()))
         finally:
-            await _shut_down(subscription, commands, relay, tasks)
+            await _shut_down(subscription, commands, relay, projector, tasks)
+
+
+async def _projector(
+    nc: nats_bus.Connection, store: StoreThread, env: dict[str, str], settings: Settings
+) -> Projector:
+    checkpoints = await store.run(CheckpointStore, env)
+    views = nats_bus.ViewPublisher(nc)
+    await views.start([kind.name for kind in PROJECTIONS], settings.stream_replicas)
+    return Projector(store, checkpoints, lambda seq: nats_bus.event_batches(nc, seq), views)
 
 
 async def _shut_down(
     subscription: nats_bus.Subscription,
     commands: CommandService,
     relay: Relay | None,
-    tasks: list[asyncio.Task[None]],
+    projector: Projector | None,
+    tasks: dict[str, asyncio.Task[None]],
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
     commands.close()
     async with asyncio.timeout(30):
-        await asyncio.gather(tasks[0], return_exceptions=True)  # a failure was reported already
-    if relay is not None and not tasks[-1].done():
+        await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged
+    if relay is not None and not tasks["relay"].done():
         with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
             async with asyncio.timeout(10):
                 await relay.idle()
-    for task in tasks[1:]:
+    for name in ("relay", "projector"):
+        if name in tasks:
+            await _cancel(tasks[name])
+    if projector is not None:
+        with contextlib.suppress(Exception):  # without it, the next start replays a little more
+            await projector.close()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel and wait. nats-py waits with asyncio.wait_for, which on Python 3.11 can swallow a
+    cancellation that lands while it completes, so cancel again until the task has ended."""
+    while not task.done():
         task.cancel()
-    await asyncio.gather(*tasks[1:], return_exceptions=True)
+        await asyncio.wait([task], timeout=0.5)
+    with contextlib.suppress(BaseException):
+        task.result()
 
 
 def _ignore(_: object) -> None:

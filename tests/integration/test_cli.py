@@ -45,8 +45,8 @@ def hub(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     assert "wingsmith hub ready" in line, line
     yield process
     if process.poll() is None:
-        process.kill()
-        process.wait()
+        process.terminate()
+        process.wait(30)
 
 
 def wingsmith(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

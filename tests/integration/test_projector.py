@@ -1,0 +1,73 @@
+"""The projector in the hub: views in KV and on WINGSMITH_PROJ, and a restart that resumes
+from the checkpoint without applying anything twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+
+from adapters.nats_server import EmbeddedNatsServer
+from adapters.store import EventStore, store_env
+from services.bootstrap import running_hub
+from services.config import Settings
+from services.projector import rebuild
+
+from .conftest import seed_deployment, send_until_answered, wait_for
+
+
+async def kv_view(client: Client, projection: str, key: str) -> Any:
+    kv = await client.jetstream().key_value(f"wingsmith_{projection}")
+    try:
+        entry = await kv.get(key)
+    except Exception:
+        return None
+    return orjson.loads(entry.value) if entry.value else None
+
+
+def rebuilt(data_dir: Path) -> dict[str, dict[str, Any]]:
+    store = EventStore(store_env(None, data_dir))
+    try:
+        return {p.name: p.views for p in rebuild(store.read)}
+    finally:
+        store.close()
+
+
+async def test_views_are_published_and_survive_a_restart(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    inventory = {
+        "command_id": "inv",
+        "cluster_id": "east",
+        "nodes": [{"node_id": "n1", "device_class": "H100", "devices": 8}],
+    }
+    async with running_hub(settings):
+        await seed_deployment(client)
+        await send_until_answered(client, "cluster.report_inventory", inventory)
+
+        async def capacity_known() -> bool:
+            return (await kv_view(client, "capacity", "east.H100") or {}).get("total") == 8
+
+        await wait_for(capacity_known, 20, "the capacity view in KV")
+        sub = await client.jetstream().subscribe(
+            "wingsmith.proj.workload_phase.llama", ordered_consumer=True
+        )
+        updates = [orjson.loads((await sub.next_msg(timeout=10)).data) for _ in range(2)]
+        await sub.unsubscribe()
+        assert [u["deployments"] for u in updates] == [{}, {"llama--east": "pending"}]
+    async with running_hub(settings):  # resumes from its checkpoint
+        scale = {"command_id": "scale", "workload_id": "llama", "replicas": 5}
+        assert (await send_until_answered(client, "workload.scale", scale))["ok"]
+
+        async def health_updated() -> bool:
+            view = await kv_view(client, "deployment_health", "llama--east")
+            return (view or {}).get("desired_replicas") == 5
+
+        await wait_for(health_updated, 20, "the deployment health view after the restart")
+    expected = rebuilt(settings.data_dir)
+    for projection, views in expected.items():
+        for key, view in views.items():
+            assert await kv_view(client, projection, key) == view, (projection, key)
