@@ -25,9 +25,9 @@ def binary() -> str:
     return found
 
 
-def _die_with_parent() -> None:
-    """Linux: the server gets SIGTERM if its parent dies, even by SIGKILL, instead of living on
-    holding the JetStream directory."""
+def die_with_parent() -> None:
+    """Linux: a child process gets SIGTERM if its parent dies, even by SIGKILL, instead of living
+    on (a nats-server holding its JetStream directory, a projector without its hub)."""
     if sys.platform == "linux":
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -67,7 +67,7 @@ class EmbeddedNatsServer:
         args += self.extra_args
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         self._process = subprocess.Popen(
-            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
         )
         log.close()
         await self._wait_until_listening()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
-from adapters.nats_server import EmbeddedNatsServer
+from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
 from services.config import Settings
@@ -28,7 +30,6 @@ class Hub:
     store: StoreThread
     commands: CommandService
     relay: Relay | None
-    projector: Projector | None
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
 
 
@@ -60,7 +61,6 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         stack.push_async_callback(store.close)
 
         relay: Relay | None = None
-        projector: Projector | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
         if settings.relay:  # one hub per store runs the relay and the projector
             publisher = nats_bus.EventPublisher(nc)
@@ -68,37 +68,82 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             stack.push_async_callback(publisher.close)
             relay = Relay(store, publisher)
             on_committed = relay.feed
-            projector = await _projector(nc, store, env, settings)
-            stack.push_async_callback(store.run, projector.checkpoints.close)
+            await stack.enter_async_context(projector_process(url, settings))
         commands = CommandService(
             store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
-        if projector is not None:
-            tasks["projector"] = asyncio.create_task(projector.run(), name="wingsmith-projector")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
-            yield Hub(url, nc, store, commands, relay, projector, list(tasks.values()))
+            yield Hub(url, nc, store, commands, relay, list(tasks.values()))
         finally:
-            await _shut_down(subscription, commands, relay, projector, tasks)
+            await _shut_down(subscription, commands, relay, tasks)
 
 
-async def _projector(
-    nc: nats_bus.Connection, store: StoreThread, env: dict[str, str], settings: Settings
-) -> Projector:
-    checkpoints = await store.run(CheckpointStore, env)
-    views = nats_bus.ViewPublisher(nc)
-    await views.start([kind.name for kind in PROJECTIONS], settings.stream_replicas)
-    return Projector(store, checkpoints, lambda seq: nats_bus.event_batches(nc, seq), views)
+@contextlib.asynccontextmanager
+async def projector_process(nats_url: str, settings: Settings) -> AsyncIterator[None]:
+    """The projector in a process of its own: folding every event is CPU work that would
+    otherwise share the hub's interpreter lock with command handling."""
+    env = os.environ | {
+        "WINGSMITH_NATS_URL": nats_url,
+        "WINGSMITH_DATA_DIR": str(settings.data_dir),
+    }
+    if settings.store_url:
+        env["WINGSMITH_STORE"] = settings.store_url
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli",
+        "projector",
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        yield
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(20):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
+    """Follow WINGSMITH_EVENTS into every projection until the block ends, then checkpoint."""
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-projector")
+        stack.push_async_callback(nc.close)
+        await nats_bus.ensure_streams(nc, settings.stream_replicas)
+        env = store_env(settings.store_url, settings.data_dir)
+        store = await StoreThread.open(env)
+        stack.push_async_callback(store.close)
+        checkpoints = await store.run(CheckpointStore, env)
+        stack.push_async_callback(store.run, checkpoints.close)
+        views = nats_bus.ViewPublisher(nc)
+        await views.start([kind.name for kind in PROJECTIONS], settings.stream_replicas)
+        projector = Projector(
+            store, checkpoints, lambda seq: nats_bus.event_batches(nc, seq), views
+        )
+        task = asyncio.create_task(projector.run(), name="wingsmith-projector")
+        try:
+            yield projector
+        finally:
+            await _cancel(task)
+            with contextlib.suppress(Exception):  # without it, the next start replays a little more
+                await projector.close()
 
 
 async def _shut_down(
     subscription: nats_bus.Subscription,
     commands: CommandService,
     relay: Relay | None,
-    projector: Projector | None,
     tasks: dict[str, asyncio.Task[None]],
 ) -> None:
     with contextlib.suppress(Exception):
@@ -110,12 +155,8 @@ async def _shut_down(
         with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
             async with asyncio.timeout(10):
                 await relay.idle()
-    for name in ("relay", "projector"):
-        if name in tasks:
-            await _cancel(tasks[name])
-    if projector is not None:
-        with contextlib.suppress(Exception):  # without it, the next start replays a little more
-            await projector.close()
+    if "relay" in tasks:
+        await _cancel(tasks["relay"])
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from adapters import nats_bus
-from services.bootstrap import running_hub
+from services.bootstrap import running_hub, running_projector
 from services.commands import json_schemas
 from services.config import Settings
 
@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run the hub until SIGINT/SIGTERM")
     up.set_defaults(run=_up)
+
+    projector = sub.add_parser("projector", help="run the projector (`up` starts one itself)")
+    projector.set_defaults(run=_projector)
 
     cmd = sub.add_parser("cmd", help="send one command and print the reply")
     cmd.add_argument("subject", help="e.g. project.set_quota or wingsmith.cmd.project.set_quota")
@@ -86,6 +89,16 @@ async def _up(args: argparse.Namespace) -> int:
             logging.error("%s stopped unexpectedly: %r; shutting down", task.get_name(), error)
         print("wingsmith hub stopping", flush=True)
     return 1 if failed else 0
+
+
+async def _projector(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_projector(Settings.from_env()):
+        await stop.wait()
+    return 0
 
 
 async def _cmd(args: argparse.Namespace) -> int:

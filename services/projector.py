@@ -99,15 +99,21 @@ class Projector:
                 self._event_time = saved.event_time
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
+        """Fold a batch, then publish each view it changed once, as the batch left it: under
+        load, changes within one batch are coalesced; an idle stream gives batches of one."""
+        changed: dict[tuple[int, str], int] = {}
         for message in batch:
             event = orjson.loads(message.data)
-            for projection in self.projections:
+            for i, projection in enumerate(self.projections):
                 for key in projection.apply(event):
-                    view = projection.view(key)
-                    payload = None if view is None else orjson.dumps(view)
-                    await self._sink.publish(projection.name, key, payload, event["position"])
+                    changed[(i, key)] = event["position"]
             self.seq = message.seq
             self._event_time = datetime.fromisoformat(event["event"]["timestamp"])
+        for (i, key), position in changed.items():
+            projection = self.projections[i]
+            view = projection.view(key)
+            payload = None if view is None else orjson.dumps(view)
+            await self._sink.publish(projection.name, key, payload, position)
         self._since_checkpoint += len(batch)
         await self._sink.flush()
 

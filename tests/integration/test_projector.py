@@ -19,8 +19,8 @@ from .conftest import seed_deployment, send_until_answered, wait_for
 
 
 async def kv_view(client: Client, projection: str, key: str) -> Any:
-    kv = await client.jetstream().key_value(f"wingsmith_{projection}")
-    try:
+    try:  # the projector process may not have made its buckets yet
+        kv = await client.jetstream().key_value(f"wingsmith_{projection}")
         entry = await kv.get(key)
     except Exception:
         return None
@@ -52,12 +52,14 @@ async def test_views_are_published_and_survive_a_restart(
             return (await kv_view(client, "capacity", "east.H100") or {}).get("total") == 8
 
         await wait_for(capacity_known, 20, "the capacity view in KV")
-        sub = await client.jetstream().subscribe(
+        sub = await client.jetstream().subscribe(  # stream created by the projector: it is up
             "wingsmith.proj.workload_phase.llama", ordered_consumer=True
         )
-        updates = [orjson.loads((await sub.next_msg(timeout=10)).data) for _ in range(2)]
+        update = orjson.loads((await sub.next_msg(timeout=10)).data)
+        if not update["deployments"]:  # created in another batch than its deployment
+            update = orjson.loads((await sub.next_msg(timeout=10)).data)
         await sub.unsubscribe()
-        assert [u["deployments"] for u in updates] == [{}, {"llama--east": "pending"}]
+        assert update["deployments"] == {"llama--east": "pending"}
     async with running_hub(settings):  # resumes from its checkpoint
         scale = {"command_id": "scale", "workload_id": "llama", "replicas": 5}
         assert (await send_until_answered(client, "workload.scale", scale))["ok"]
