@@ -109,7 +109,10 @@ async def main(commands: int, aggregates: int) -> None:
             nc = await nats.connect(server.url, pending_size=256 * 1024 * 1024)
             raw = await raw_publish_rate(nc, commands)
             print(f"raw JetStream publish_async: {raw:,.0f} msg/s ({EVENT_BYTES}-byte messages)")
+            # The command path only: the projector is another consumer of the stream, which on
+            # a two-core machine would compete with the hub for CPU (see docs/performance.md).
             env = os.environ | {
+                "WINGSMITH_PROJECTOR": "false",
                 "WINGSMITH_NATS_URL": server.url,
                 "WINGSMITH_DATA_DIR": str(Path(tmp) / "hub"),
             }

@@ -68,7 +68,8 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             stack.push_async_callback(publisher.close)
             relay = Relay(store, publisher)
             on_committed = relay.feed
-            await stack.enter_async_context(projector_process(url, settings))
+            if settings.projector:
+                await stack.enter_async_context(projector_process(url, settings))
         commands = CommandService(
             store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes
         )

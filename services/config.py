@@ -19,6 +19,7 @@ class Settings:
     max_command_bytes: int = 64 * 1024
     operator_read_only: bool = False
     relay: bool = True
+    projector: bool = True  # `up` starts the projector process
     stream_replicas: int = 1
 
     @classmethod
@@ -37,6 +38,8 @@ class Settings:
             max_command_bytes=int(max_bytes),
             operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
             relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
+            projector=(env.get("WINGSMITH_PROJECTOR") or "true").lower()
+            not in {"0", "false", "no", "off"},
             stream_replicas=int(replicas),
         )
 
