@@ -2,8 +2,8 @@
 
 A checkpoint is a projection's whole state at one store position, with the stream sequence and
 the event time of that position. The latest one lets a projector resume exactly where its state
-left off; older ones let a view be answered as of a past time without replaying from zero.
-Checkpoints of all projections are written in one transaction.
+left off; older ones are kept, with their event times, as starting points for answering a view
+as of a past time. Checkpoints of all projections are written in one transaction.
 """
 
 from __future__ import annotations
@@ -84,26 +84,16 @@ class CheckpointStore:
             with self._db.transaction(), self._db.cursor() as cur:
                 cur.executemany(sql, rows)
 
-    def latest(self, projection: str, at: datetime | None = None) -> Checkpoint | None:
-        """The newest checkpoint, or the newest whose events all happened at or before `at`."""
-        p = self._param
-        where, args = f"projection = {p}", [projection]
-        if at is not None:
-            where += f" AND event_time <= {p}"
-            args.append(_time(at, self._sqlite))
+    def latest(self, projection: str) -> Checkpoint | None:
         row = self._db.execute(
-            f"SELECT {_COLUMNS} FROM wingsmith_checkpoints WHERE {where} "
+            f"SELECT {_COLUMNS} FROM wingsmith_checkpoints WHERE projection = {self._param} "
             "ORDER BY position DESC LIMIT 1",
-            args,
+            [projection],
         ).fetchone()
         if row is None:
             return None
         event_time = datetime.fromisoformat(row[3]) if self._sqlite else row[3]
         return Checkpoint(row[0], row[1], row[2], event_time, orjson.loads(bytes(row[4])))
-
-    def drop(self) -> None:
-        """Forget every checkpoint: the next projector start rebuilds from zero."""
-        self._db.execute("DELETE FROM wingsmith_checkpoints")
 
     def close(self) -> None:
         self._db.close()

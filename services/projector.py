@@ -135,35 +135,16 @@ class Projector:
 
 
 def rebuild(
-    store_read: Callable[[int, int], list[Any]],
-    kinds: Iterable[type[Projection]] = PROJECTIONS,
-    *,
-    until: datetime | None = None,
-    start: dict[str, Checkpoint] | None = None,
-    progress: Callable[[int], None] | None = None,
+    store_read: Callable[[int, int], list[Any]], kinds: Iterable[type[Projection]] = PROJECTIONS
 ) -> list[Projection]:
-    """Fold the event store into fresh projections (or from the given checkpoints), optionally
-    only up to events that happened at or before `until`."""
+    """Fold the whole event store into fresh projections: what the live views must equal."""
     projections = [kind() for kind in kinds]
     position = 0
-    for projection in projections:
-        checkpoint = (start or {}).get(projection.name)
-        if checkpoint is not None:
-            projection.restore(checkpoint.state)
-    if start:
-        position = min(p.position for p in projections)
-    while True:
-        notes = store_read(position, READ_PAGE)
-        if not notes:
-            return projections
+    while notes := store_read(position, READ_PAGE):
         for note in notes:
             event = envelope(note)
-            if event is None:
-                continue
-            if until is not None and datetime.fromisoformat(event["event"]["timestamp"]) > until:
-                return projections
-            for projection in projections:
-                projection.apply(event)
+            if event is not None:
+                for projection in projections:
+                    projection.apply(event)
         position = notes[-1].id
-        if progress:
-            progress(position)
+    return projections
