@@ -73,10 +73,7 @@ async def _up(args: argparse.Namespace) -> int:
     # showed as 100-200 ms stalls at p99 in bench/ingest.py. Collect young objects less often.
     gc.set_threshold(50_000, 20, 20)
     settings = Settings.from_env()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     async with running_hub(settings) as hub:
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
@@ -91,11 +88,17 @@ async def _up(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def _projector(args: argparse.Namespace) -> int:
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM: long-running commands shut down cleanly on either."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _projector(args: argparse.Namespace) -> int:
+    stop = _stop_on_signals()
     async with running_projector(Settings.from_env()):
         await stop.wait()
     return 0

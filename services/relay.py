@@ -43,8 +43,9 @@ def _event_type(topic: str) -> str:
     return topic.rpartition(":")[2].rpartition(".")[2]
 
 
-def envelope(n: Notification) -> dict[str, Any] | None:
-    """A stored event as the stream carries it, decoded: what projections fold."""
+def _head(n: Notification) -> dict[str, Any] | None:
+    """What the stream says of a stored event besides its body; None for records that are not
+    published (command receipts)."""
     kind, key = split_id(str(n.originator_id))
     if kind == CommandReceipt.kind:
         return None
@@ -54,29 +55,23 @@ def envelope(n: Notification) -> dict[str, Any] | None:
         "aggregate_id": key,
         "version": n.originator_version,
         "type": _event_type(n.topic),
-        "event": orjson.loads(n.state),
     }
 
 
+def envelope(n: Notification) -> dict[str, Any] | None:
+    """A stored event as the stream carries it, decoded: what projections fold."""
+    head = _head(n)
+    return None if head is None else head | {"event": orjson.loads(n.state)}
+
+
 def to_message(n: Notification) -> OutMessage | None:
-    """The stream message for a stored event; None for records that are not published."""
-    kind, key = split_id(str(n.originator_id))
-    if kind == CommandReceipt.kind:
+    """The stream message for a stored event; its body embeds the stored bytes unchanged."""
+    head = _head(n)
+    if head is None:
         return None
-    event_type = _event_type(n.topic)
-    payload = orjson.dumps(
-        {
-            "position": n.id,
-            "aggregate": kind,
-            "aggregate_id": key,
-            "version": n.originator_version,
-            "type": event_type,
-            "event": orjson.Fragment(n.state),
-        }
-    )
     return OutMessage(
-        subject=f"wingsmith.evt.{kind}.{key}.{event_type}",
-        payload=payload,
+        subject=f"wingsmith.evt.{head['aggregate']}.{head['aggregate_id']}.{head['type']}",
+        payload=orjson.dumps(head | {"event": orjson.Fragment(n.state)}),
         msg_id=f"{n.originator_id}:{n.originator_version}",
         position=n.id,
     )

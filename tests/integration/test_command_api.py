@@ -65,6 +65,15 @@ async def test_events_reach_the_stream_with_causation(hub: Hub, client: Client) 
     assert msg.headers["Nats-Msg-Id"] == f"deployment:{deployment}:2"
 
 
+WORKLOAD = {
+    "command_id": "x",
+    "workload_id": "w",
+    "project": "p",
+    "device_class": "H100",
+    "replicas": 1,
+    "serving": LLAMA,
+}
+
 BAD_INPUTS: list[tuple[str, str, bytes | dict[str, Any], str, str | None]] = [
     (
         "malformed JSON",
@@ -112,42 +121,21 @@ BAD_INPUTS: list[tuple[str, str, bytes | dict[str, Any], str, str | None]] = [
     (
         "nested out of range",
         "workload.create",
-        {
-            "command_id": "x",
-            "workload_id": "w",
-            "project": "p",
-            "device_class": "H100",
-            "replicas": 1,
-            "serving": LLAMA | {"parallelism": {"tensor": 0}},
-        },
+        WORKLOAD | {"serving": LLAMA | {"parallelism": {"tensor": 0}}},
         "validation_error",
         "serving.parallelism.tensor",
     ),
     (
         "inconsistent values",
         "workload.create",
-        {
-            "command_id": "x",
-            "workload_id": "w",
-            "project": "p",
-            "device_class": "H100",
-            "replicas": 1,
-            "serving": LLAMA | {"parallelism": {"tensor": 2}},
-        },
+        WORKLOAD | {"serving": LLAMA | {"parallelism": {"tensor": 2}}},
         "validation_error",
         "serving",
     ),
     (
         "unknown enum",
         "workload.create",
-        {
-            "command_id": "x",
-            "workload_id": "w",
-            "project": "p",
-            "device_class": "H100",
-            "replicas": 1,
-            "serving": LLAMA | {"backend": "llamacpp"},
-        },
+        WORKLOAD | {"serving": LLAMA | {"backend": "llamacpp"}},
         "validation_error",
         "serving.backend",
     ),
