@@ -4,19 +4,24 @@ A checkpoint is a projection's whole state at one store position, with the strea
 the event time of that position. The latest one lets a projector resume exactly where its state
 left off; older ones are kept, with their event times, as starting points for answering a view
 as of a past time. Checkpoints of all projections are written in one transaction.
+
+Retention: the latest two, one per hour of event time for the last two days, and one per day
+before that; an as-of answer then folds at most an hour (a day, further back) of events.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import psycopg
 
 _COLUMNS = "projection, position, stream_seq, event_time, state"
+KEEP_LATEST = 2
+HOURLY_FOR = timedelta(days=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,24 +81,62 @@ class CheckpointStore:
             f"INSERT INTO wingsmith_checkpoints ({_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}) "
             "ON CONFLICT (projection, position) DO NOTHING"
         )
+        stale = [(c.projection, position) for c in checkpoints for position in self._stale(c)]
+        delete = f"DELETE FROM wingsmith_checkpoints WHERE projection = {p} AND position = {p}"
         if self._sqlite:
             with self._db:  # one transaction
                 self._db.execute("BEGIN")
                 self._db.executemany(sql, rows)
+                self._db.executemany(delete, stale)
         else:
             with self._db.transaction(), self._db.cursor() as cur:
                 cur.executemany(sql, rows)
+                cur.executemany(delete, stale)
+
+    def _stale(self, newest: Checkpoint) -> list[int]:
+        """Positions of this projection's checkpoints that retention drops once `newest` is in:
+        all but the first of each period, sparing the latest ones."""
+        rows = self._db.execute(
+            "SELECT position, event_time FROM wingsmith_checkpoints "
+            f"WHERE projection = {self._param} ORDER BY position",
+            [newest.projection],
+        ).fetchall()
+        spared = {position for position, _ in rows[len(rows) - (KEEP_LATEST - 1) :]}
+        seen: set[datetime] = set()
+        stale = []
+        for position, event_time in rows:
+            at = self._read_time(event_time)
+            period = at.replace(minute=0, second=0, microsecond=0)
+            if newest.event_time - at >= HOURLY_FOR:
+                period = period.replace(hour=0)
+            if period in seen and position not in spared:
+                stale.append(position)
+            seen.add(period)
+        return stale
 
     def latest(self, projection: str) -> Checkpoint | None:
+        return self._one(projection, "", [])
+
+    def before(self, projection: str, when: datetime) -> Checkpoint | None:
+        """The latest checkpoint whose event time is not after `when`."""
+        return self._one(
+            projection, f"AND event_time <= {self._param}", [_time(when, self._sqlite)]
+        )
+
+    def _one(self, projection: str, where: str, params: list[Any]) -> Checkpoint | None:
         row = self._db.execute(
             f"SELECT {_COLUMNS} FROM wingsmith_checkpoints WHERE projection = {self._param} "
-            "ORDER BY position DESC LIMIT 1",
-            [projection],
+            f"{where} ORDER BY position DESC LIMIT 1",
+            [projection, *params],
         ).fetchone()
         if row is None:
             return None
-        event_time = datetime.fromisoformat(row[3]) if self._sqlite else row[3]
-        return Checkpoint(row[0], row[1], row[2], event_time, orjson.loads(bytes(row[4])))
+        return Checkpoint(
+            row[0], row[1], row[2], self._read_time(row[3]), orjson.loads(bytes(row[4]))
+        )
+
+    def _read_time(self, value: Any) -> datetime:
+        return datetime.fromisoformat(value) if self._sqlite else value
 
     def close(self) -> None:
         self._db.close()

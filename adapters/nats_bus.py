@@ -4,12 +4,14 @@ event publisher the relay uses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
 
 import nats.errors
 import orjson
@@ -25,7 +27,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 from nats.nuid import NUID
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ Connection = Client
 __all__ = ["Connection", "Subscription"]  # re-exported for the wiring
 
 EVENTS_STREAM = "WINGSMITH_EVENTS"
+VIEWS_STREAM = "WINGSMITH_PROJ"
 POSITION_HEADER = "Wingsmith-Position"
 
 STREAMS = [
@@ -61,7 +64,7 @@ STREAMS = [
         description="Observations from cluster operators",
     ),
     StreamConfig(
-        name="WINGSMITH_PROJ",
+        name=VIEWS_STREAM,
         subjects=["wingsmith.proj.>"],
         storage=StorageType.FILE,
         description="Projection updates",
@@ -248,121 +251,153 @@ class StreamMessage:
     subject: str
     data: bytes
     headers: dict[str, str]
+    time: datetime
 
 
-async def read_stream(
-    nc: Client, stream: str, subject: str, *, follow: bool, start_seq: int = 1
-) -> AsyncIterator[StreamMessage]:
-    """Messages of `stream` matching `subject` from `start_seq`, through an ordered consumer;
-    without `follow` it ends once it has caught up with the stream."""
-    js = nc.jetstream()
-    info = await js.stream_info(stream)
-    if not follow and info.state.messages == 0:
-        return
-    sub = await js.subscribe(
-        subject,
-        stream=stream,
-        ordered_consumer=True,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start_seq, 1)
-        ),
+Start = int | datetime | Literal["new", "last"]
+"""Where reading starts: a stream sequence, a time, only messages published from now on
+(`new`), or the last message of each subject and everything after it (`last`)."""
+
+
+def _message(msg: Msg) -> StreamMessage:
+    meta = msg.metadata
+    return StreamMessage(
+        meta.sequence.stream, msg.subject, bytes(msg.data), dict(msg.headers or {}), meta.timestamp
     )
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=1.0 if not follow else 3600.0)
-            except nats.errors.TimeoutError:
-                if follow:
-                    continue
-                return
-            meta = msg.metadata
-            yield StreamMessage(
-                meta.sequence.stream, msg.subject, bytes(msg.data), dict(msg.headers or {})
-            )
-            if not follow and meta.num_pending == 0:
-                return
-    finally:
-        await sub.unsubscribe()
 
 
-async def event_batches(
-    nc: Client, after_seq: int, limit: int = 1000
-) -> AsyncIterator[list[StreamMessage]]:
-    """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived.
-    An ordered consumer: it recreates itself on gaps and reconnects, so nothing is skipped."""
-    # Our own queue rather than next_msg: nats-py waits with asyncio.wait_for, which on 3.11
-    # can swallow the cancellation that stops this generator.
+async def _ordered(
+    nc: Client, stream: str, subject: str, start: Start
+) -> tuple[Subscription, asyncio.Queue[Msg], Callable[[StreamMessage], bool]]:
+    """An ordered consumer feeding our own queue, and a test for messages before `start`.
+
+    The consumer recreates itself after a gap or a lost connection, from the sequence after the
+    last message it delivered, so nothing is skipped. Before it has delivered anything it would
+    start again from the stream's first message: the test drops what lies before `start`.
+    (Our own queue rather than next_msg: nats-py waits with asyncio.wait_for, which on 3.11 can
+    swallow the cancellation that stops a reader.)"""
+    js = nc.jetstream()
+    if start == "new":
+        start = (await js.stream_info(stream)).state.last_seq + 1
+    if start == "last":
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+    elif isinstance(start, datetime):
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start)
+    else:
+        first = max(int(start), 1)
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first)
     arrived: asyncio.Queue[Msg] = asyncio.Queue()
 
     async def on_message(msg: Msg) -> None:
         arrived.put_nowait(msg)
 
-    sub = await nc.jetstream().subscribe(
-        "wingsmith.evt.>",
-        stream=EVENTS_STREAM,
+    sub = await js.subscribe(
+        subject,
+        stream=stream,
         cb=on_message,
         ordered_consumer=True,
         idle_heartbeat=2.0,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
-        ),
+        config=config,
         pending_msgs_limit=100_000,
     )
+
+    def early(m: StreamMessage) -> bool:
+        if isinstance(start, datetime):
+            return m.time < start
+        return isinstance(start, int) and m.seq < start
+
+    return sub, arrived, early
+
+
+async def read_stream(
+    nc: Client, stream: str, subject: str, *, follow: bool, start: Start = 1
+) -> AsyncIterator[StreamMessage]:
+    """Messages of `stream` matching `subject` from `start`; without `follow` it ends once it
+    has caught up with the stream."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    if not follow and info.state.messages == 0:
+        return
+    sub, arrived, early = await _ordered(nc, stream, subject, start)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(None if follow else 1.0):
+                    msg = await arrived.get()
+            except TimeoutError:
+                return  # nothing (more) matches
+            message = _message(msg)
+            if not early(message):
+                yield message
+            if not follow and msg.metadata.num_pending == 0:
+                return
+    finally:
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await sub.unsubscribe()
+
+
+async def event_batches(
+    nc: Client, after_seq: int, limit: int = 1000
+) -> AsyncIterator[list[StreamMessage]]:
+    """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived."""
+    sub, arrived, early = await _ordered(nc, EVENTS_STREAM, "wingsmith.evt.>", after_seq + 1)
     try:
         while True:
             batch = [await arrived.get()]
             while not arrived.empty() and len(batch) < limit:
                 batch.append(arrived.get_nowait())
-            yield [
-                StreamMessage(
-                    m.metadata.sequence.stream, m.subject, bytes(m.data), dict(m.headers or {})
-                )
-                for m in batch
-            ]
+            messages = [m for m in map(_message, batch) if not early(m)]
+            if messages:
+                yield messages
     finally:
-        await sub.unsubscribe()
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await sub.unsubscribe()
+
+
+PROGRESS_BUCKET = "wingsmith_projector"
+DELETED_HEADER = "Wingsmith-Deleted"
+
+
+def view_bucket(projection: str) -> str:
+    return f"wingsmith_{projection}"
 
 
 class ViewPublisher:
-    """Publishes view changes on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ) and
-    keeps the latest value per key in the KV bucket `wingsmith_<projection>`. Pipelined: call
-    `flush` to wait for every acknowledgement."""
+    """Publishes every view change on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ),
+    keeps the latest value per key in the KV bucket `wingsmith_<projection>`, and the projector's
+    progress in the bucket `wingsmith_projector`. Pipelined: call `flush` to wait for every
+    acknowledgement. Each message carries the store position of the event behind it."""
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
         self._js = nc.jetstream(publish_async_max_pending=20_000)
 
-    @staticmethod
-    def bucket(projection: str) -> str:
-        return f"wingsmith_{projection}"
-
     async def start(self, projections: list[str], replicas: int = 1) -> None:
-        for name in projections:
+        for bucket in [*map(view_bucket, projections), PROGRESS_BUCKET]:
             await self._js.create_key_value(
-                KeyValueConfig(
-                    bucket=self.bucket(name),
-                    history=1,
-                    replicas=replicas,
-                    description=f"latest {name} view per key",
-                )
+                KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
             )
 
-    async def publish(self, projection: str, key: str, view: bytes | None, position: int) -> None:
-        msg_id = f"{projection}:{key}:{position}"
-        headers = {"Nats-Msg-Id": msg_id, POSITION_HEADER: str(position)}
-        if view is None:  # the view was removed
-            headers["Wingsmith-Deleted"] = "true"
-            await self._js.publish_async(f"wingsmith.proj.{projection}.{key}", b"", headers=headers)
-            await self._js.publish_async(
-                f"$KV.{self.bucket(projection)}.{key}",
-                b"",
-                headers={"KV-Operation": "DEL", "Nats-Msg-Id": msg_id},
-            )
-            return
-        await self._js.publish_async(f"wingsmith.proj.{projection}.{key}", view, headers=headers)
+    async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+        """One change of one view, on the projection stream; None: the view was removed."""
+        headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
+        if view is None:
+            headers[DELETED_HEADER] = "true"
         await self._js.publish_async(
-            f"$KV.{self.bucket(projection)}.{key}", view, headers={"Nats-Msg-Id": msg_id}
+            f"wingsmith.proj.{projection}.{key}", view or b"", headers=headers
         )
+
+    async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+        """The view's value now, in its KV bucket."""
+        headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
+        if view is None:
+            headers["KV-Operation"] = "DEL"
+        await self._js.publish_async(
+            f"$KV.{view_bucket(projection)}.{key}", view or b"", headers=headers
+        )
+
+    async def progress(self, progress: dict[str, Any]) -> None:
+        await self._js.publish_async(f"$KV.{PROGRESS_BUCKET}.position", orjson.dumps(progress))
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait for every acknowledgement. Acks lost to a server restart never come: after a
@@ -373,3 +408,30 @@ class ViewPublisher:
         except TimeoutError:
             self._js = self._nc.jetstream(publish_async_max_pending=20_000)
             raise
+
+
+async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, bytes | None]]:
+    """Every key's latest value in a projection's KV bucket, with the store position it was
+    computed at; None for a removed view."""
+    bucket = view_bucket(projection)
+    views: dict[str, tuple[int, bytes | None]] = {}
+    try:
+        stream = read_stream(nc, f"KV_{bucket}", f"$KV.{bucket}.>", follow=False, start="last")
+        messages = [m async for m in stream]
+    except NotFoundError:  # no projector has run yet
+        return views
+    for m in messages:
+        key = m.subject.removeprefix(f"$KV.{bucket}.")
+        deleted = m.headers.get("KV-Operation") in {"DEL", "PURGE"}
+        views[key] = (int(m.headers.get(POSITION_HEADER, 0)), None if deleted else m.data)
+    return views
+
+
+async def projector_progress(nc: Client) -> dict[str, Any] | None:
+    """What the projector last reported: store position, stream sequence, event time."""
+    try:
+        kv = await nc.jetstream().key_value(PROGRESS_BUCKET)
+        entry = await kv.get("position")
+    except NotFoundError:  # no projector has run yet
+        return None
+    return orjson.loads(entry.value) if entry.value else None

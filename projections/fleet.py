@@ -270,7 +270,8 @@ class QuotaUse(_Allocations):
 
 class DeploymentHealth(Projection):
     """Key: deployment id. Desired against ready replicas, the cluster's status (null until the
-    cluster reports), live digests, and drift for observed deployments."""
+    cluster reports), live digests, drift for observed deployments, and the admission phase with
+    its reason and evidence (why a deployment is pending, as of any time)."""
 
     name = "deployment_health"
 
@@ -295,8 +296,31 @@ class DeploymentHealth(Projection):
             "engine_args": list(e["engine_args"]),
             "imported_args": e["imported_args"],
             "drift": None,
+            "admission": self._admission("pending", "awaiting_admission", e),
         }
         return self._judge(deployment_id)
+
+    @staticmethod
+    def _admission(phase: str, reason: str | None, e: E, **details: Any) -> dict[str, Any]:
+        return {"phase": phase, "reason": reason, "since": e["timestamp"], **details}
+
+    @handles("AdmissionDecided")
+    def _decided(self, deployment_id: str, e: E) -> set[str]:
+        admission = self._admission(e["phase"], e["reason"], e, evidence=e["evidence"])
+        return self._set(deployment_id, admission=admission)
+
+    @handles("DeploymentPlaced")
+    def _placed(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, admission=self._admission("placed", None, e))
+
+    @handles("DeploymentRunning")
+    def _running(self, deployment_id: str, e: E) -> set[str]:
+        return self._set(deployment_id, admission=self._admission("running", None, e))
+
+    @handles("DeploymentFailed")
+    def _failed(self, deployment_id: str, e: E) -> set[str]:
+        admission = self._admission("failed", e["reason"], e, message=e["message"])
+        return self._set(deployment_id, admission=admission)
 
     def _set(self, deployment_id: str, **fields: Any) -> set[str]:
         view = self.views.get(deployment_id)
@@ -350,9 +374,15 @@ class DeploymentHealth(Projection):
     def _replica_ready(self, replica_id: str, e: E) -> set[str]:
         return self._readiness(replica_id, ready=True)
 
-    @handles("ReplicaNotReady", "ReplicaTerminated")
-    def _replica_gone(self, replica_id: str, e: E) -> set[str]:
+    @handles("ReplicaNotReady")
+    def _replica_not_ready(self, replica_id: str, e: E) -> set[str]:
         return self._readiness(replica_id, ready=False)
+
+    @handles("ReplicaTerminated")
+    def _replica_gone(self, replica_id: str, e: E) -> set[str]:
+        changed = self._readiness(replica_id, ready=False)
+        self.ready.pop(replica_id, None)
+        return changed
 
     def _readiness(self, replica_id: str, *, ready: bool) -> set[str]:
         deployment_id, was = self.ready.get(replica_id, ("", False))

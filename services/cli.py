@@ -1,4 +1,4 @@
-"""`wingsmith`: run the hub, send commands, read the event stream, print command schemas."""
+"""`wingsmith`: run the hub, send commands, read events and views, audit and replay history."""
 
 from __future__ import annotations
 
@@ -9,16 +9,23 @@ import gc
 import logging
 import signal
 import sys
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
 from adapters import nats_bus
+from adapters.checkpoints import CheckpointStore
+from adapters.store import StoreThread, store_env
+from projections.audit import Entry, Timeline
+from projections.fleet import PROJECTIONS
 from services.bootstrap import running_hub, running_projector
 from services.commands import json_schemas
 from services.config import Settings
+from services.projector import as_of, compare, rebuild
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +71,48 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     events.add_argument("--json", action="store_true", help="one JSON event per line")
     events.set_defaults(run=_events)
+
+    names = [kind.name for kind in PROJECTIONS]
+    watch = sub.add_parser(
+        "watch", help="print a projection's views, then every change to them as it happens"
+    )
+    watch.add_argument("projection", choices=names)
+    watch.add_argument("--key", default=">", help="a view key, e.g. east.H100 (wildcards: * >)")
+    watch.add_argument(
+        "--since",
+        type=_start,
+        default="last",
+        metavar="WHEN",
+        help="now | a stream sequence | a time (2026-11-29T14:02:00Z) | an age (15m, 2h, 1d); "
+        "default: the current views, then changes",
+    )
+    watch.add_argument("--json", action="store_true", help="one JSON object per line")
+    watch.set_defaults(run=_watch)
+
+    view = sub.add_parser("view", help="print a projection's views, now or as of a past time")
+    view.add_argument("projection", choices=names)
+    view.add_argument("--key", help="one view key, e.g. east.H100")
+    view.add_argument(
+        "--as-of", type=_time, metavar="TIME", help="e.g. 2026-11-29T14:02:00Z, or an age: 2h"
+    )
+    view.add_argument("--json", action="store_true", help="the views as one JSON object")
+    view.set_defaults(run=_view)
+
+    audit = sub.add_parser("audit", help="an aggregate's history, or one causal chain")
+    target = audit.add_mutually_exclusive_group(required=True)
+    target.add_argument("ref", nargs="?", help="aggregate:id, e.g. deployment:llama--east")
+    target.add_argument("--correlation", metavar="ID", help="every event of this correlation id")
+    audit.add_argument(
+        "--since", type=_time, metavar="TIME", help="with --correlation: search from this time"
+    )
+    audit.add_argument("--json", action="store_true", help="one JSON entry per line")
+    audit.set_defaults(run=_audit)
+
+    replay = sub.add_parser(
+        "replay", help="rebuild every projection from the event store and compare with live"
+    )
+    replay.add_argument("--timeout", type=float, default=60.0, help="wait for the projector")
+    replay.set_defaults(run=_replay)
     return parser
 
 
@@ -133,7 +182,7 @@ async def _events(args: argparse.Namespace) -> int:
     nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
-            nc, nats_bus.EVENTS_STREAM, subject, follow=args.follow, start_seq=args.since
+            nc, nats_bus.EVENTS_STREAM, subject, follow=args.follow, start=args.since
         )
         with contextlib.suppress(asyncio.CancelledError):
             async for message in stream:
@@ -156,6 +205,234 @@ def _event_line(message: nats_bus.StreamMessage, *, as_json: bool) -> str:
         f"v{e['version']} {e['type']} cmd={inner['command_id']} "
         f"{orjson.dumps(data).decode()}"
     )
+
+
+AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _time(text: str) -> datetime:
+    """An ISO 8601 time (UTC when it names no zone) or an age such as 15m, 2h or 1d."""
+    text = text.strip()
+    if text[:-1].isdigit() and text[-1:] in AGES:
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * AGES[text[-1]])
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO 8601 time nor an age such as 15m, 2h or 1d"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _start(text: str) -> nats_bus.Start:
+    if text in ("now", "last"):
+        return "new" if text == "now" else "last"
+    return int(text) if text.isdigit() else _time(text)
+
+
+async def _watch(args: argparse.Namespace) -> int:
+    subject = f"wingsmith.proj.{args.projection}.{args.key}"
+    prefix = f"wingsmith.proj.{args.projection}."
+    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    try:
+        stream = nats_bus.read_stream(
+            nc, nats_bus.VIEWS_STREAM, subject, follow=True, start=args.since
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            async for m in stream:
+                key, position = (
+                    m.subject.removeprefix(prefix),
+                    int(m.headers[nats_bus.POSITION_HEADER]),
+                )
+                view = None if m.headers.get(nats_bus.DELETED_HEADER) else orjson.loads(m.data)
+                if args.json:
+                    line = orjson.dumps(
+                        {
+                            "seq": m.seq,
+                            "time": m.time.isoformat(),
+                            "key": key,
+                            "position": position,
+                            "view": view,
+                        }
+                    ).decode()
+                else:
+                    shown = "(removed)" if view is None else orjson.dumps(view).decode()
+                    line = f"{m.seq:>6} {m.time:%Y-%m-%d %H:%M:%S} {key} @{position} {shown}"
+                print(line, flush=True)
+    finally:
+        await nc.close()
+    return 0
+
+
+async def _view(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    if args.as_of is None:
+        nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-cli")
+        try:
+            live = await nats_bus.latest_views(nc, args.projection)
+        finally:
+            await nc.close()
+        views = {key: orjson.loads(v) for key, (_, v) in sorted(live.items()) if v is not None}
+    else:
+        kind = next(k for k in PROJECTIONS if k.name == args.projection)
+        async with _store(settings) as (store, checkpoints):
+            read = store.store.read
+            [projection] = await store.run(as_of, read, checkpoints, args.as_of, [kind])
+        views = dict(sorted(projection.views.items()))
+    if args.key is not None:
+        if args.key not in views:
+            when = f" as of {args.as_of.isoformat()}" if args.as_of else ""
+            print(f"wingsmith: no {args.projection} view {args.key!r}{when}", file=sys.stderr)
+            return 1
+        views = {args.key: views[args.key]}
+    if args.json:
+        print(orjson.dumps(views, option=orjson.OPT_INDENT_2).decode())
+    else:
+        for key, view in views.items():
+            print(f"{key}  {orjson.dumps(view).decode()}")
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _store(settings: Settings) -> AsyncIterator[tuple[StoreThread, CheckpointStore]]:
+    """The event store and its checkpoints, read directly (the same settings as the hub)."""
+    env = store_env(settings.store_url, settings.data_dir)
+    store = await StoreThread.open(env)
+    try:
+        checkpoints = await store.run(CheckpointStore, env)
+        try:
+            yield store, checkpoints
+        finally:
+            await store.run(checkpoints.close)
+    finally:
+        await store.close()
+
+
+async def _audit(args: argparse.Namespace) -> int:
+    if args.ref is not None:
+        kind, _, key = args.ref.replace("/", ":", 1).partition(":")
+        if not kind or not key or not all(c.isalnum() or c in "-_" for c in kind + key):
+            raise ValueError(
+                f"{args.ref!r} is not an aggregate reference like deployment:llama--east"
+            )
+        subject, start, wanted = f"wingsmith.evt.{kind}.{key}.*", 1, None
+    else:
+        subject, start, wanted = "wingsmith.evt.>", args.since or 1, args.correlation
+    needle = orjson.dumps(wanted)
+    timeline = Timeline()
+    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    try:
+        stream = nats_bus.read_stream(
+            nc, nats_bus.EVENTS_STREAM, subject, follow=False, start=start
+        )
+        async for m in stream:
+            if wanted is None or needle in m.data:  # cheap test before decoding
+                e = orjson.loads(m.data)
+                if wanted is None or e["event"]["correlation_id"] == wanted:
+                    timeline.apply(e)
+    finally:
+        await nc.close()
+    if not timeline.entries:
+        print(f"wingsmith: no events for {args.ref or args.correlation!r}", file=sys.stderr)
+        return 1
+    for entry in timeline.entries:
+        print(orjson.dumps(entry.as_dict()).decode() if args.json else _audit_line(entry))
+    return 0
+
+
+def _audit_line(entry: Entry) -> str:
+    changes = ", ".join(
+        f"{name}={_short(c.after)}"
+        if c.before is None
+        else f"{name}: {_short(c.before)} → {_short(c.after)}"
+        for name, c in entry.changes.items()
+    )
+    return (
+        f"{entry.timestamp[:23]:23} {entry.aggregate}:{entry.aggregate_id} v{entry.version} "
+        f"{entry.type}  {changes or '-'}  cmd={entry.command_id} corr={entry.correlation_id}"
+    )
+
+
+def _short(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+async def _replay(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    async with _store(settings) as (store, _):
+        last = await store.run(store.store.last_position)
+        bar = Progress("rebuilding", last)
+
+        def read(after: int, limit: int) -> list[Any]:
+            return store.store.read(after, limit, last)
+
+        projections = await store.run(rebuild, read, progress=bar.update)
+        bar.close()
+    upto = max(p.position for p in projections)
+    nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-cli")
+    try:
+        await _projector_reached(nc, upto, args.timeout)
+        verdicts = [compare(p, await nats_bus.latest_views(nc, p.name)) for p in projections]
+    finally:
+        await nc.close()
+    print(f"rebuilt from {last:,} stored records up to event position {upto:,}")
+    print(f"{'PROJECTION':20} {'VIEWS':>8} {'EQUAL':>8} {'CHANGED SINCE':>14} {'MISMATCHED':>11}")
+    for v in verdicts:
+        views = v.equal + len(v.mismatched)
+        print(
+            f"{v.projection:20} {views:>8,} {v.equal:>8,} {v.newer:>14,} {len(v.mismatched):>11,}"
+        )
+        for problem in v.mismatched[:20]:
+            print(f"  {problem}")
+    mismatched = sum(len(v.mismatched) for v in verdicts)
+    print("the live views equal the rebuild" if not mismatched else f"{mismatched} views differ")
+    return 0 if not mismatched else 1
+
+
+async def _projector_reached(nc: nats_bus.Connection, position: int, timeout: float) -> None:
+    """Wait until the live projector has applied every event up to `position`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        progress = await nats_bus.projector_progress(nc)
+        reached = progress["position"] if progress else 0
+        if reached >= position:
+            return
+        if loop.time() > deadline:
+            raise RuntimeError(
+                f"the projector has applied events up to position {reached:,}, not yet "
+                f"{position:,}; is it running? (waited {timeout:.0f}s)"
+            )
+        await asyncio.sleep(0.2)
+
+
+class Progress:
+    """A progress bar on stderr; a line per tenth when stderr is not a terminal."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total = label, max(total, 1)
+        self.started = time.monotonic()
+        self._tty = sys.stderr.isatty()
+        self._shown = -1
+
+    def update(self, done: int) -> None:
+        fraction = min(done / self.total, 1.0)
+        rate = done / max(time.monotonic() - self.started, 1e-9)
+        if self._tty:
+            bar = "#" * int(fraction * 30)
+            sys.stderr.write(
+                f"\r{self.label} [{bar:30}] {fraction:4.0%} {done:,}/{self.total:,} {rate:,.0f}/s"
+            )
+        elif int(fraction * 10) > self._shown:
+            self._shown = int(fraction * 10)
+            sys.stderr.write(
+                f"{self.label}: {fraction:.0%} ({done:,}/{self.total:,}, {rate:,.0f}/s)\n"
+            )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._tty:
+            sys.stderr.write("\n")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ import orjson
 
 from adapters.checkpoints import Checkpoint, CheckpointStore
 from adapters.nats_bus import StreamMessage
-from adapters.store import StoreThread
+from adapters.store import Notification, StoreThread
 from projections.base import Projection
 from projections.fleet import PROJECTIONS
 from services.relay import envelope
@@ -35,14 +36,20 @@ READ_PAGE = 5_000
 
 
 class ViewSink(Protocol):
-    async def publish(
-        self, projection: str, key: str, view: bytes | None, position: int
-    ) -> None: ...
+    async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+        """Publish one change of one view (None: removed)."""
+
+    async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+        """Keep a view's latest value."""
+
+    async def progress(self, progress: dict[str, Any]) -> None:
+        """Report how far the projector has got."""
 
     async def flush(self, timeout: float = ...) -> None: ...
 
 
 Source = Callable[[int], AsyncIterator[list[StreamMessage]]]
+StoreRead = Callable[[int, int], list[Notification]]
 
 
 class Projector:
@@ -99,21 +106,30 @@ class Projector:
                 self._event_time = saved.event_time
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
-        """Fold a batch, then publish each view it changed once, as the batch left it: under
-        load, changes within one batch are coalesced; an idle stream gives batches of one."""
-        changed: dict[tuple[int, str], int] = {}
+        """Fold a batch: every view change goes on the projection stream as it happens; the
+        latest value of each view changed, and the projector's progress, once per batch."""
+        latest: dict[tuple[int, str], tuple[bytes | None, int]] = {}
         for message in batch:
             event = orjson.loads(message.data)
+            position = event["position"]
             for i, projection in enumerate(self.projections):
                 for key in projection.apply(event):
-                    changed[(i, key)] = event["position"]
+                    view = projection.view(key)
+                    payload = None if view is None else orjson.dumps(view)
+                    await self._sink.change(projection.name, key, payload, position)
+                    latest[(i, key)] = (payload, position)
             self.seq = message.seq
             self._event_time = datetime.fromisoformat(event["event"]["timestamp"])
-        for (i, key), position in changed.items():
-            projection = self.projections[i]
-            view = projection.view(key)
-            payload = None if view is None else orjson.dumps(view)
-            await self._sink.publish(projection.name, key, payload, position)
+        for (i, key), (payload, position) in latest.items():
+            await self._sink.latest(self.projections[i].name, key, payload, position)
+        assert self._event_time is not None
+        await self._sink.progress(
+            {
+                "position": max(p.position for p in self.projections),
+                "stream_seq": self.seq,
+                "event_time": self._event_time.isoformat(),
+            }
+        )
         self._since_checkpoint += len(batch)
         await self._sink.flush()
 
@@ -135,16 +151,90 @@ class Projector:
 
 
 def rebuild(
-    store_read: Callable[[int, int], list[Any]], kinds: Iterable[type[Projection]] = PROJECTIONS
+    read: StoreRead,
+    kinds: Iterable[type[Projection]] = PROJECTIONS,
+    *,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Projection]:
-    """Fold the whole event store into fresh projections: what the live views must equal."""
+    """Fold the whole event store into fresh projections: what the live views must equal.
+    `progress` is told the position reached after every page."""
     projections = [kind() for kind in kinds]
-    position = 0
-    while notes := store_read(position, READ_PAGE):
+    fold(read, projections, 0, progress=progress)
+    return projections
+
+
+def as_of(
+    read: StoreRead,
+    checkpoints: CheckpointStore,
+    when: datetime,
+    kinds: Iterable[type[Projection]] = PROJECTIONS,
+) -> list[Projection]:
+    """Every projection as it stood at `when`: the fold of the store's events up to the first
+    one stamped after `when`, starting from the latest checkpoint before it."""
+    projections = [kind() for kind in kinds]
+    for projection in projections:
+        saved = checkpoints.before(projection.name, when)
+        if saved is not None:
+            projection.restore(saved.state)
+    fold(read, projections, min(p.position for p in projections), until=when)
+    return projections
+
+
+def fold(
+    read: StoreRead,
+    projections: list[Projection],
+    after: int,
+    *,
+    until: datetime | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Apply the store's events after position `after` to `projections`, stopping before the
+    first event stamped after `until`. Each projection skips events it has already seen."""
+    position = after
+    while notes := read(position, READ_PAGE):
         for note in notes:
             event = envelope(note)
-            if event is not None:
-                for projection in projections:
-                    projection.apply(event)
+            if event is None:
+                continue
+            if until is not None and datetime.fromisoformat(event["event"]["timestamp"]) > until:
+                return
+            for projection in projections:
+                projection.apply(event)
         position = notes[-1].id
-    return projections
+        if progress is not None:
+            progress(position)
+
+
+@dataclass
+class Verdict:
+    """How a rebuilt projection compares with its live views."""
+
+    projection: str
+    equal: int = 0
+    newer: int = 0  # keys the live view has changed since the rebuild's position
+    mismatched: list[str] = field(default_factory=list)
+
+
+def compare(rebuilt: Projection, live: Mapping[str, tuple[int, bytes | None]]) -> Verdict:
+    """Every live view computed at or before the rebuild's position must equal the rebuilt one
+    (a removed view must be absent from both); views changed later are counted, not compared."""
+    verdict = Verdict(rebuilt.name)
+    for key in sorted(rebuilt.views.keys() | live.keys()):
+        position, payload = live.get(key, (0, None))
+        if position > rebuilt.position:
+            verdict.newer += 1
+            continue
+        expected = rebuilt.views.get(key)
+        actual = None if payload is None else orjson.loads(payload)
+        if expected == actual:
+            verdict.equal += expected is not None
+        elif actual is None:
+            verdict.mismatched.append(f"{key}: missing from the live view")
+        elif expected is None:
+            verdict.mismatched.append(f"{key}: live view has a key the rebuild does not")
+        else:
+            fields = sorted(
+                k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k)
+            )
+            verdict.mismatched.append(f"{key}: differs in {', '.join(fields)}")
+    return verdict

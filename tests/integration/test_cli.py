@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,61 @@ def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str])
     refused = wingsmith(env, "cmd", "workload.scale", '{"workload_id": "llama-8b", "replicas": -1}')
     assert refused.returncode == 1
     assert json.loads(refused.stdout)["error"]["details"]["errors"][0]["field"] == "replicas"
+
+
+def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str, str]) -> None:
+    for args in walkthrough()[:-1]:
+        assert wingsmith(env, *args).returncode == 0
+    before = "2000-01-01T00:00:00Z"
+
+    def health() -> dict[str, Any]:
+        done = wingsmith(env, "view", "deployment_health", "--key", "llama-8b--east", "--json")
+        return json.loads(done.stdout)["llama-8b--east"] if done.returncode == 0 else {}
+
+    deadline = time.monotonic() + 30
+    while health().get("desired_replicas") != 3:
+        assert time.monotonic() < deadline, "the projector never showed the scaled deployment"
+        time.sleep(0.2)
+
+    now = wingsmith(env, "view", "capacity", "--as-of", "0s", "--json")
+    assert json.loads(now.stdout)["east.H100"]["total"] == 8
+    assert json.loads(wingsmith(env, "view", "capacity", "--as-of", before, "--json").stdout) == {}
+    missing = wingsmith(env, "view", "capacity", "--key", "west.H100")
+    assert missing.returncode == 1 and "no capacity view 'west.H100'" in missing.stderr
+    bad = wingsmith(env, "view", "capacity", "--as-of", "yesterday")
+    assert bad.returncode == 2 and "--as-of" in bad.stderr and "'yesterday'" in bad.stderr
+
+    history = wingsmith(env, "audit", "deployment:llama-8b--east").stdout.splitlines()
+    assert [line.split()[3] for line in history] == ["DeploymentCreated", "DeploymentScaled"]
+    assert "desired_replicas: 2 → 3" in history[1]
+    scaled = json.loads(
+        wingsmith(env, "audit", "deployment:llama-8b--east", "--json").stdout.splitlines()[1]
+    )
+    chain = wingsmith(env, "audit", "--correlation", scaled["correlation_id"], "--json")
+    assert [json.loads(line)["type"] for line in chain.stdout.splitlines()] == [
+        "WorkloadScaled",
+        "DeploymentScaled",
+    ]
+    assert wingsmith(env, "audit", "deployment:nope").returncode == 1
+
+    replay = wingsmith(env, "replay")
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "the live views equal the rebuild" in replay.stdout
+    assert "rebuilding: 100%" in replay.stderr
+
+    watch = subprocess.Popen(
+        [*WINGSMITH, "watch", "workload_phase", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        current = json.loads(watch.stdout.readline())
+        assert current["key"] == "llama-8b" and current["view"]["phase"] == "pending"
+    finally:
+        watch.terminate()
+        watch.wait(10)
 
 
 def test_sigterm_shuts_down_cleanly(hub: subprocess.Popen[str], env: dict[str, str]) -> None:

@@ -1,0 +1,41 @@
+"""Audit timelines: which fields each event changed, from what to what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from projections.audit import Change, Timeline
+
+
+def envelope(position: int, type_: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "position": position,
+        "aggregate": "deployment",
+        "aggregate_id": "llama--east",
+        "version": position,
+        "type": type_,
+        "event": {
+            "timestamp": f"2026-11-29T14:0{position}:00+00:00",
+            "command_id": f"c{position}",
+            "correlation_id": "corr",
+            **fields,
+        },
+    }
+
+
+def test_each_entry_names_the_fields_it_changed() -> None:
+    timeline = Timeline()
+    created = {"desired_replicas": 2, "serving": {"devices": 1, "image": None}, "status": None}
+    timeline.apply(envelope(1, "DeploymentCreated", **created))
+    timeline.apply(envelope(2, "DeploymentScaled", desired_replicas=4))
+    timeline.apply(envelope(3, "ServingConfigChanged", serving={"devices": 2, "image": None}))
+    timeline.apply(envelope(3, "ServingConfigChanged", serving={"devices": 2}))  # a repeat
+    first, scaled, serving = timeline.entries
+    assert first.changes == {  # nulls are not news
+        "desired_replicas": Change(None, 2),
+        "serving.devices": Change(None, 1),
+    }
+    assert scaled.changes == {"desired_replicas": Change(2, 4)}
+    assert serving.changes == {"serving.devices": Change(1, 2)}
+    assert serving.as_dict()["changes"] == {"serving.devices": {"before": 1, "after": 2}}
+    assert (serving.command_id, serving.correlation_id) == ("c3", "corr")
