@@ -5,6 +5,8 @@ projector process, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,21 @@ async def test_every_change_reaches_subscribers_from_any_start_and_across_a_rest
         assert await from_time.until(12) == list(range(7, 13))
         for subscriber in (current, from_now, from_seq, from_time):
             await subscriber.close()
+        replay = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "services.cli",
+            "replay",
+            env=os.environ
+            | {
+                "WINGSMITH_NATS_URL": nats_server.url,
+                "WINGSMITH_STORE": store_url,
+                "WINGSMITH_DATA_DIR": str(settings.data_dir),
+            },
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await replay.communicate()
+        assert replay.returncode == 0 and b"the live views equal the rebuild" in out, out
 
 
 async def test_changes_within_one_batch_are_each_published(
