@@ -1,19 +1,20 @@
-"""The projection base: a pure fold of events into keyed views, applying each event once.
+"""The projection base: pure folds of events into keyed views, applying each event once.
 
-Projections read events in the shape the public stream carries them (`position`, `aggregate`,
-`aggregate_id`, `type`, `event`), so they fold the same input whether it comes from
-`WINGSMITH_EVENTS` or is read back from the event store to rebuild.
+A handler takes an event's aggregate id and body (the fields the stream carries under `event`),
+so projections fold the same input whether it comes from `WINGSMITH_EVENTS` or is read back
+from the event store to rebuild.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 Envelope = Mapping[str, Any]
 View = dict[str, Any]
-Handler = Callable[[Any, str, Mapping[str, Any]], set[str]]
+Keys = Iterable[str]  # the keys of the views an event changed
+Handler = Callable[[Any, str, Mapping[str, Any]], Keys]
 
 
 def handles(*event_types: str) -> Callable[[Handler], Handler]:
@@ -27,7 +28,8 @@ def handles(*event_types: str) -> Callable[[Handler], Handler]:
 
 
 class Projection:
-    """Views by key, plus whatever private state the fold needs, and the last position seen."""
+    """Views by key, plus whatever private state the fold needs. The position reached belongs
+    to the `Fold` that feeds it."""
 
     name: ClassVar[str]
     _handlers: ClassVar[dict[str, Handler]]
@@ -41,27 +43,55 @@ class Projection:
         }
 
     def __init__(self) -> None:
-        self.position = 0
         self.views: dict[str, View] = {}
-
-    def apply(self, envelope: Envelope) -> set[str]:
-        """Fold one event; an event at or below the position already seen changes nothing."""
-        position = envelope["position"]
-        if position <= self.position:
-            return set()
-        self.position = position
-        handler = self._handlers.get(envelope["type"])
-        if handler is None:
-            return set()
-        return handler(self, envelope["aggregate_id"], envelope["event"])
 
     def view(self, key: str) -> View | None:
         return self.views.get(key)
 
     def state(self) -> dict[str, Any]:
         """Everything needed to resume: a deep copy, safe to serialise while folding goes on."""
-        return copy.deepcopy({k: v for k, v in vars(self).items()})
+        return copy.deepcopy(vars(self))
 
     def restore(self, state: Mapping[str, Any]) -> None:
         for k, v in copy.deepcopy(dict(state)).items():
             setattr(self, k, v)
+
+
+Route = tuple[tuple[Projection, Handler], ...]
+
+
+class Fold:
+    """Projections that move through the history together: each event type goes straight to
+    the handlers that fold it, and the store position they have reached is one number."""
+
+    def __init__(self, projections: Iterable[Projection], position: int = 0) -> None:
+        self.projections = list(projections)
+        self.position = position
+        self.last_applied = 0  # the position of the last event some projection folded
+        routes: dict[str, list[tuple[Projection, Handler]]] = {}
+        for projection in self.projections:
+            for event_type, handler in type(projection)._handlers.items():
+                routes.setdefault(event_type, []).append((projection, handler))
+        self.routes: dict[str, Route] = {t: tuple(r) for t, r in routes.items()}
+
+    def apply(
+        self, position: int, event_type: str, aggregate_id: str, event: Mapping[str, Any]
+    ) -> list[tuple[Projection, str]]:
+        """Fold one event and say which views it changed; an event at or below the position
+        already reached changes nothing (a redelivery)."""
+        if position <= self.position:
+            return []
+        self.position = position
+        if event_type in self.routes:
+            self.last_applied = position
+        return [
+            (projection, key)
+            for projection, handler in self.routes.get(event_type, ())
+            for key in handler(projection, aggregate_id, event)
+        ]
+
+    def apply_envelope(self, envelope: Envelope) -> list[tuple[Projection, str]]:
+        """Fold an event in the stream's shape."""
+        return self.apply(
+            envelope["position"], envelope["type"], envelope["aggregate_id"], envelope["event"]
+        )

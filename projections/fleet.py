@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from projections.base import Projection, View, handles
+from projections.base import Keys, Projection, View, handles
 
 E = Mapping[str, Any]
 RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
 HOLDS_DEVICES = {"admitted", "placed", "running"}
+JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
 
 
 def workload_phase(phases: Iterable[str]) -> str:
@@ -33,55 +34,62 @@ class WorkloadPhase(Projection):
         self.workload_of: dict[str, str] = {}
 
     def _view(self, workload_id: str) -> View:
-        return self.views.setdefault(
-            workload_id, {"workload_id": workload_id, "phase": "pending", "deployments": {}}
-        )
+        view = self.views.get(workload_id)
+        if view is None:
+            view = self.views[workload_id] = {
+                "workload_id": workload_id,
+                "phase": "pending",
+                "deployments": {},
+            }
+        return view
 
     @handles("WorkloadCreated")
-    def _workload(self, workload_id: str, e: E) -> set[str]:
+    def _workload(self, workload_id: str, e: E) -> Keys:
         self._view(workload_id)
-        return {workload_id}
+        return (workload_id,)
 
     @handles("DeploymentCreated")
-    def _deployment(self, deployment_id: str, e: E) -> set[str]:
+    def _deployment(self, deployment_id: str, e: E) -> Keys:
         self.workload_of[deployment_id] = e["workload_id"]
         return self._set(deployment_id, "pending")
 
     @handles("AdmissionDecided")
-    def _decided(self, deployment_id: str, e: E) -> set[str]:
+    def _decided(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, e["phase"])
 
     @handles("DeploymentPlaced")
-    def _placed(self, deployment_id: str, e: E) -> set[str]:
+    def _placed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "placed")
 
     @handles("DeploymentRunning")
-    def _running(self, deployment_id: str, e: E) -> set[str]:
+    def _running(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "running")
 
     @handles("DeploymentFailed")
-    def _failed(self, deployment_id: str, e: E) -> set[str]:
+    def _failed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "failed")
 
-    def _set(self, deployment_id: str, phase: str) -> set[str]:
+    def _set(self, deployment_id: str, phase: str) -> Keys:
         workload_id = self.workload_of[deployment_id]
         view = self._view(workload_id)
         view["deployments"][deployment_id] = phase
         view["phase"] = workload_phase(view["deployments"].values())
-        return {workload_id}
+        return (workload_id,)
 
 
 class _Allocations(Projection):
-    """Shared bookkeeping: which deployment is where, and which devices live replicas hold."""
+    """Shared bookkeeping: which deployment is where, and how many devices each live replica
+    holds. Subclasses say what a replica taking or releasing devices changes (`_held`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.deployments: dict[str, dict[str, Any]] = {}
-        self.replicas: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[str, tuple[str, int]] = {}  # replica -> (deployment, devices held)
 
     @handles("DeploymentCreated")
-    def _track_deployment(self, deployment_id: str, e: E) -> set[str]:
+    def _track_deployment(self, deployment_id: str, e: E) -> Keys:
         self.deployments[deployment_id] = {
+            "id": deployment_id,
             "cluster_id": e["cluster_id"],
             "project": e["project"],
             "device_class": e["device_class"],
@@ -93,78 +101,31 @@ class _Allocations(Projection):
         }
         return self._deployment_changed(deployment_id)
 
-    @handles("DeploymentScaled")
-    def _scaled(self, deployment_id: str, e: E) -> set[str]:
-        self.deployments[deployment_id]["desired"] = e["desired_replicas"]
-        return self._deployment_changed(deployment_id)
-
-    @handles("ServingConfigChanged")
-    def _reserving(self, deployment_id: str, e: E) -> set[str]:
-        self.deployments[deployment_id]["per_replica"] = e["serving"]["devices_per_replica"]
-        return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentEnabled")
-    def _enabled(self, deployment_id: str, e: E) -> set[str]:
-        self.deployments[deployment_id]["enabled"] = True
-        return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentDisabled")
-    def _disabled(self, deployment_id: str, e: E) -> set[str]:
-        self.deployments[deployment_id]["enabled"] = False
-        return self._deployment_changed(deployment_id)
-
-    @handles("AdmissionDecided")
-    def _admission(self, deployment_id: str, e: E) -> set[str]:
-        self.deployments[deployment_id]["phase"] = e["phase"]
-        return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentPlaced")
-    def _placed(self, deployment_id: str, e: E) -> set[str]:
-        return self._phase(deployment_id, "placed")
-
-    @handles("DeploymentRunning")
-    def _running(self, deployment_id: str, e: E) -> set[str]:
-        return self._phase(deployment_id, "running")
-
-    @handles("DeploymentFailed")
-    def _failed(self, deployment_id: str, e: E) -> set[str]:
-        return self._phase(deployment_id, "failed")
-
-    def _phase(self, deployment_id: str, phase: str) -> set[str]:
-        self.deployments[deployment_id]["phase"] = phase
-        return self._deployment_changed(deployment_id)
-
     @handles("ReplicaStarted")
-    def _started(self, replica_id: str, e: E) -> set[str]:
-        self.replicas[replica_id] = {
-            "deployment_id": e["deployment_id"],
-            "node_id": e["node_id"],
-            "device_ids": list(e["device_ids"]),
-        }
-        return self._allocation(replica_id, +len(e["device_ids"]))
+    def _started(self, replica_id: str, e: E) -> Keys:
+        held = self.replicas[replica_id] = (e["deployment_id"], len(e["device_ids"]))
+        deployment = self.deployments.get(held[0])
+        if deployment is None:  # a replica of a deployment this plane does not know
+            return ()
+        return self._held(replica_id, deployment, held[1], e)
 
     @handles("ReplicaTerminated")
-    def _terminated(self, replica_id: str, e: E) -> set[str]:
-        replica = self.replicas.get(replica_id)
-        if replica is None:
-            return set()
-        changed = self._allocation(replica_id, -len(replica["device_ids"]))
-        del self.replicas[replica_id]
-        return changed
+    def _terminated(self, replica_id: str, e: E) -> Keys:
+        held = self.replicas.pop(replica_id, None)
+        deployment = None if held is None else self.deployments.get(held[0])
+        if held is None or deployment is None:
+            return ()
+        return self._held(replica_id, deployment, -held[1], None)
 
-    def _allocation(self, replica_id: str, devices: int) -> set[str]:
-        deployment_id = self.replicas[replica_id]["deployment_id"]
-        deployment = self.deployments.get(deployment_id)
-        if deployment is None:  # a replica of a deployment this plane does not know
-            return set()
-        deployment["allocated"] += devices
-        return self._deployment_changed(deployment_id) | self._replica_changed(replica_id)
+    def _held(
+        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
+    ) -> Keys:
+        """A replica of `deployment` took `devices` (`started` is its event) or, when
+        negative, released them."""
+        return ()
 
-    def _deployment_changed(self, deployment_id: str) -> set[str]:
-        return set()
-
-    def _replica_changed(self, replica_id: str) -> set[str]:
-        return set()
+    def _deployment_changed(self, deployment_id: str) -> Keys:
+        return ()
 
 
 class Capacity(_Allocations):
@@ -177,55 +138,100 @@ class Capacity(_Allocations):
         super().__init__()
         # deployment id -> (reserved, allocated) as last counted in its row
         self.counted: dict[str, tuple[int, int]] = {}
+        self.totals: dict[str, dict[str, int]] = {}  # cluster -> device class -> last total
 
-    def _key(self, cluster_id: str, device_class: str) -> str:
-        return f"{cluster_id}.{device_class}"
+    @handles("DeploymentScaled")
+    def _scaled(self, deployment_id: str, e: E) -> Keys:
+        self.deployments[deployment_id]["desired"] = e["desired_replicas"]
+        return self._deployment_changed(deployment_id)
 
-    def _row(self, key: str) -> View:
-        cluster_id, _, device_class = key.partition(".")
-        return self.views.setdefault(
-            key,
-            {
+    @handles("ServingConfigChanged")
+    def _reserving(self, deployment_id: str, e: E) -> Keys:
+        self.deployments[deployment_id]["per_replica"] = e["serving"]["devices_per_replica"]
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentEnabled")
+    def _enabled(self, deployment_id: str, e: E) -> Keys:
+        self.deployments[deployment_id]["enabled"] = True
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentDisabled")
+    def _disabled(self, deployment_id: str, e: E) -> Keys:
+        self.deployments[deployment_id]["enabled"] = False
+        return self._deployment_changed(deployment_id)
+
+    @handles("AdmissionDecided")
+    def _admission(self, deployment_id: str, e: E) -> Keys:
+        self.deployments[deployment_id]["phase"] = e["phase"]
+        return self._deployment_changed(deployment_id)
+
+    @handles("DeploymentPlaced")
+    def _placed(self, deployment_id: str, e: E) -> Keys:
+        return self._phase(deployment_id, "placed")
+
+    @handles("DeploymentRunning")
+    def _running(self, deployment_id: str, e: E) -> Keys:
+        return self._phase(deployment_id, "running")
+
+    @handles("DeploymentFailed")
+    def _failed(self, deployment_id: str, e: E) -> Keys:
+        return self._phase(deployment_id, "failed")
+
+    def _phase(self, deployment_id: str, phase: str) -> Keys:
+        self.deployments[deployment_id]["phase"] = phase
+        return self._deployment_changed(deployment_id)
+
+    def _row(self, cluster_id: str, device_class: str) -> tuple[str, View]:
+        key = f"{cluster_id}.{device_class}"
+        row = self.views.get(key)
+        if row is None:
+            row = self.views[key] = {
                 "cluster_id": cluster_id,
                 "device_class": device_class,
                 "total": 0,
                 "allocated": 0,
                 "reserved": 0,
                 "free": 0,
-            },
-        )
+            }
+        return key, row
 
     @handles("InventoryReported")
-    def _inventory(self, cluster_id: str, e: E) -> set[str]:
+    def _inventory(self, cluster_id: str, e: E) -> Keys:
+        """Only the device classes whose total moved change (a class no longer reported has
+        none)."""
         totals: dict[str, int] = {}
         for node in e["nodes"]:
             totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+        before = self.totals.get(cluster_id, {})
+        self.totals[cluster_id] = totals
         changed = set()
-        for key, view in self.views.items():
-            if view["cluster_id"] == cluster_id and view["device_class"] not in totals:
-                view["total"] = 0
-                changed.add(self._free(key))
-        for device_class, total in totals.items():
-            key = self._key(cluster_id, device_class)
-            self._row(key)["total"] = total
-            changed.add(self._free(key))
+        for device_class in before.keys() | totals.keys():
+            if before.get(device_class) != totals.get(device_class):
+                key, row = self._row(cluster_id, device_class)
+                row["total"] = totals.get(device_class, 0)
+                changed.add(self._free(key, row))
         return changed
 
-    def _deployment_changed(self, deployment_id: str) -> set[str]:
+    def _held(
+        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
+    ) -> Keys:
+        deployment["allocated"] += devices
+        return self._deployment_changed(deployment["id"])
+
+    def _deployment_changed(self, deployment_id: str) -> Keys:
         """Move this deployment's share of its row by the difference it now makes."""
         d = self.deployments[deployment_id]
-        key = self._key(d["cluster_id"], d["device_class"])
-        row = self._row(key)
+        key, row = self._row(d["cluster_id"], d["device_class"])
         wanted = d["desired"] * d["per_replica"] if d["enabled"] else 0
         reserved = max(wanted - d["allocated"], 0) if d["phase"] in HOLDS_DEVICES else 0
         before_reserved, before_allocated = self.counted.get(deployment_id, (0, 0))
         row["reserved"] += reserved - before_reserved
         row["allocated"] += d["allocated"] - before_allocated
         self.counted[deployment_id] = (reserved, d["allocated"])
-        return {self._free(key)}
+        return (self._free(key, row),)
 
-    def _free(self, key: str) -> str:
-        row = self.views[key]
+    @staticmethod
+    def _free(key: str, row: View) -> str:
         row["free"] = max(row["total"] - row["allocated"] - row["reserved"], 0)
         return key
 
@@ -237,30 +243,29 @@ class QuotaUse(_Allocations):
 
     def _row(self, project: str, device_class: str) -> tuple[str, View]:
         key = f"{project}.{device_class}"
-        return key, self.views.setdefault(
-            key,
-            {
+        row = self.views.get(key)
+        if row is None:
+            row = self.views[key] = {
                 "project": project,
                 "device_class": device_class,
                 "quota": 0,
                 "used": 0,
                 "available": 0,
-            },
-        )
+            }
+        return key, row
 
     @handles("QuotaSet")
-    def _quota(self, project: str, e: E) -> set[str]:
+    def _quota(self, project: str, e: E) -> Keys:
         key, row = self._row(project, e["device_class"])
         row["quota"] = e["devices"]
-        return {self._available(row, key)}
+        return (self._available(row, key),)
 
-    def _allocation(self, replica_id: str, devices: int) -> set[str]:
-        deployment = self.deployments.get(self.replicas[replica_id]["deployment_id"])
-        if deployment is None:
-            return set()
+    def _held(
+        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
+    ) -> Keys:
         key, row = self._row(deployment["project"], deployment["device_class"])
         row["used"] += devices
-        return {self._available(row, key)}
+        return (self._available(row, key),)
 
     @staticmethod
     def _available(row: View, key: str) -> str:
@@ -280,7 +285,7 @@ class DeploymentHealth(Projection):
         self.ready: dict[str, tuple[str, bool]] = {}  # replica id -> (deployment id, ready)
 
     @handles("DeploymentCreated")
-    def _created(self, deployment_id: str, e: E) -> set[str]:
+    def _created(self, deployment_id: str, e: E) -> Keys:
         self.views[deployment_id] = {
             "deployment_id": deployment_id,
             "workload_id": e["workload_id"],
@@ -298,103 +303,107 @@ class DeploymentHealth(Projection):
             "drift": None,
             "admission": self._admission("pending", "awaiting_admission", e),
         }
-        return self._judge(deployment_id)
+        self._judge(self.views[deployment_id])
+        return (deployment_id,)
 
     @staticmethod
     def _admission(phase: str, reason: str | None, e: E, **details: Any) -> dict[str, Any]:
         return {"phase": phase, "reason": reason, "since": e["timestamp"], **details}
 
     @handles("AdmissionDecided")
-    def _decided(self, deployment_id: str, e: E) -> set[str]:
+    def _decided(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission(e["phase"], e["reason"], e, evidence=e["evidence"])
-        return self._set(deployment_id, admission=admission)
+        return self._set(deployment_id, "admission", admission)
 
     @handles("DeploymentPlaced")
-    def _placed(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, admission=self._admission("placed", None, e))
+    def _placed(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "admission", self._admission("placed", None, e))
 
     @handles("DeploymentRunning")
-    def _running(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, admission=self._admission("running", None, e))
+    def _running(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "admission", self._admission("running", None, e))
 
     @handles("DeploymentFailed")
-    def _failed(self, deployment_id: str, e: E) -> set[str]:
+    def _failed(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission("failed", e["reason"], e, message=e["message"])
-        return self._set(deployment_id, admission=admission)
+        return self._set(deployment_id, "admission", admission)
 
-    def _set(self, deployment_id: str, **fields: Any) -> set[str]:
+    def _set(self, deployment_id: str, field: str, value: Any) -> Keys:
         view = self.views.get(deployment_id)
         if view is None:
-            return set()
-        view.update(fields)
-        return self._judge(deployment_id)
+            return ()
+        view[field] = value
+        if field in JUDGED:
+            self._judge(view)
+        return (deployment_id,)
 
     @handles("DeploymentScaled")
-    def _scaled(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, desired_replicas=e["desired_replicas"])
+    def _scaled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "desired_replicas", e["desired_replicas"])
 
     @handles("DeploymentEnabled")
-    def _enabled(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, enabled=True)
+    def _enabled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "enabled", True)
 
     @handles("DeploymentDisabled")
-    def _disabled(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, enabled=False)
+    def _disabled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "enabled", False)
 
     @handles("StatusObserved")
-    def _status(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, status=e["status"])
+    def _status(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "status", e["status"])
 
     @handles("LiveDigestsObserved")
-    def _digests(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, live_digests=e["live_digests"])
+    def _digests(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "live_digests", e["live_digests"])
 
     @handles("ServingConfigChanged")
-    def _serving(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, serving_digest=e["serving_digest"])
+    def _serving(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "serving_digest", e["serving_digest"])
 
     @handles("AuthorityPromoted")
-    def _promoted(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, authority=e["authority"])
+    def _promoted(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "authority", e["authority"])
 
     @handles("EngineArgsSet")
-    def _engine_args(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, engine_args=list(e["engine_args"]))
+    def _engine_args(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "engine_args", list(e["engine_args"]))
 
     @handles("ImportedArgsObserved")
-    def _imported_args(self, deployment_id: str, e: E) -> set[str]:
-        return self._set(deployment_id, imported_args=list(e["imported_args"]))
+    def _imported_args(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, "imported_args", list(e["imported_args"]))
 
     @handles("ReplicaStarted")
-    def _started(self, replica_id: str, e: E) -> set[str]:
+    def _started(self, replica_id: str, e: E) -> Keys:
         self.ready[replica_id] = (e["deployment_id"], False)
-        return set()
+        return ()
 
     @handles("ReplicaReady")
-    def _replica_ready(self, replica_id: str, e: E) -> set[str]:
+    def _replica_ready(self, replica_id: str, e: E) -> Keys:
         return self._readiness(replica_id, ready=True)
 
     @handles("ReplicaNotReady")
-    def _replica_not_ready(self, replica_id: str, e: E) -> set[str]:
+    def _replica_not_ready(self, replica_id: str, e: E) -> Keys:
         return self._readiness(replica_id, ready=False)
 
     @handles("ReplicaTerminated")
-    def _replica_gone(self, replica_id: str, e: E) -> set[str]:
+    def _replica_gone(self, replica_id: str, e: E) -> Keys:
         changed = self._readiness(replica_id, ready=False)
         self.ready.pop(replica_id, None)
         return changed
 
-    def _readiness(self, replica_id: str, *, ready: bool) -> set[str]:
+    def _readiness(self, replica_id: str, *, ready: bool) -> Keys:
         deployment_id, was = self.ready.get(replica_id, ("", False))
         self.ready[replica_id] = (deployment_id, ready)
         view = self.views.get(deployment_id)
         if view is None or was == ready:
-            return set()
+            return ()
         view["ready_replicas"] += 1 if ready else -1
-        return self._judge(deployment_id)
+        self._judge(view)
+        return (deployment_id,)
 
-    def _judge(self, deployment_id: str) -> set[str]:
-        v = self.views[deployment_id]
+    @staticmethod
+    def _judge(v: View) -> None:
         v["degraded"] = v["enabled"] and v["ready_replicas"] < v["desired_replicas"]
         observed_drift = (
             v["authority"] == "observed"
@@ -406,7 +415,6 @@ class DeploymentHealth(Projection):
             if observed_drift
             else None
         )
-        return {deployment_id}
 
 
 class Discovered(Projection):
@@ -415,7 +423,7 @@ class Discovered(Projection):
     name = "discovered"
 
     @handles("DiscoverySighted")
-    def _sighted(self, discovery_id: str, e: E) -> set[str]:
+    def _sighted(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id] = {
             "discovery_id": discovery_id,
             "cluster_id": e["cluster_id"],
@@ -423,27 +431,27 @@ class Discovered(Projection):
             "workload_id": None,
             **e["sighting"],
         }
-        return {discovery_id}
+        return (discovery_id,)
 
     @handles("DiscoveryResighted")
-    def _resighted(self, discovery_id: str, e: E) -> set[str]:
+    def _resighted(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id].update(e["sighting"])
-        return {discovery_id}
+        return (discovery_id,)
 
     @handles("DiscoveryTracked")
-    def _tracked(self, discovery_id: str, e: E) -> set[str]:
+    def _tracked(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id]["state"] = "tracked"
-        return {discovery_id}
+        return (discovery_id,)
 
     @handles("DiscoveryIgnored")
-    def _ignored(self, discovery_id: str, e: E) -> set[str]:
+    def _ignored(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id]["state"] = "ignored"
-        return {discovery_id}
+        return (discovery_id,)
 
     @handles("DiscoveryPromoted")
-    def _promoted(self, discovery_id: str, e: E) -> set[str]:
+    def _promoted(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id].update(state="promoted", workload_id=e["workload_id"])
-        return {discovery_id}
+        return (discovery_id,)
 
     def listed(self, *, include_ignored: bool = False) -> list[View]:
         return [v for v in self.views.values() if include_ignored or v["state"] != "ignored"]
@@ -458,30 +466,45 @@ class Allocations(_Allocations):
     def __init__(self) -> None:
         super().__init__()
         self.domains: dict[str, dict[str, str | None]] = {}  # cluster -> node -> domain
+        self.on_node: dict[str, list[str]] = {}  # `<cluster>/<node>` -> live replica ids
 
     @handles("InventoryReported")
-    def _inventory(self, cluster_id: str, e: E) -> set[str]:
-        self.domains[cluster_id] = {n["node_id"]: n["topology_domain"] for n in e["nodes"]}
+    def _inventory(self, cluster_id: str, e: E) -> Keys:
+        """Re-place only the replicas on nodes whose topology domain changed."""
+        before = self.domains.get(cluster_id, {})
+        after = {n["node_id"]: n["topology_domain"] for n in e["nodes"]}
+        self.domains[cluster_id] = after
+        moved = [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
         return {
-            r for r, v in self.views.items() if v["cluster_id"] == cluster_id and self._place(r)
+            r
+            for node in moved
+            for r in self.on_node.get(f"{cluster_id}/{node}", ())
+            if self._place(r)
         }
 
-    def _replica_changed(self, replica_id: str) -> set[str]:
-        replica = self.replicas[replica_id]
-        deployment = self.deployments[replica["deployment_id"]]
-        if replica_id in self.views:  # terminated: its devices are free again
-            del self.views[replica_id]
-            return {replica_id}
+    def _held(
+        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
+    ) -> Keys:
+        if started is None:  # terminated: its devices are free again
+            view = self.views.pop(replica_id)
+            node = f"{view['cluster_id']}/{view['node_id']}"
+            self.on_node[node].remove(replica_id)
+            if not self.on_node[node]:
+                del self.on_node[node]
+            return (replica_id,)
         self.views[replica_id] = {
             "replica_id": replica_id,
-            "deployment_id": replica["deployment_id"],
+            "deployment_id": deployment["id"],
             "cluster_id": deployment["cluster_id"],
-            "node_id": replica["node_id"],
-            "device_ids": replica["device_ids"],
+            "node_id": started["node_id"],
+            "device_ids": list(started["device_ids"]),
             "topology_domain": None,
         }
+        self.on_node.setdefault(f"{deployment['cluster_id']}/{started['node_id']}", []).append(
+            replica_id
+        )
         self._place(replica_id)
-        return {replica_id}
+        return (replica_id,)
 
     def _place(self, replica_id: str) -> bool:
         view = self.views[replica_id]

@@ -366,13 +366,15 @@ async def _replay(args: argparse.Namespace) -> int:
         def read(after: int, limit: int) -> list[Any]:
             return store.store.read(after, limit, last)
 
-        projections = await store.run(rebuild, read, progress=bar.update)
+        rebuilt = await store.run(rebuild, read, progress=bar.update)
         bar.close()
-    upto = max(p.position for p in projections)
+    upto = rebuilt.last_applied
     nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-cli")
     try:
         await _projector_reached(nc, upto, args.timeout)
-        verdicts = [compare(p, await nats_bus.latest_views(nc, p.name)) for p in projections]
+        verdicts = [
+            compare(p, upto, await nats_bus.latest_views(nc, p.name)) for p in rebuilt.projections
+        ]
     finally:
         await nc.close()
     print(f"rebuilt from {last:,} stored records up to event position {upto:,}")

@@ -4,9 +4,9 @@ change, and checkpoints all projections together.
 A checkpoint holds each projection's state with the store position and the stream sequence it
 reached, written in one transaction. On start the projector restores the latest checkpoint and
 reads the stream from the sequence after it, so every event is applied exactly once to the
-state that is kept; projections also skip any event at or below their position, so a message
-delivered twice changes nothing. Rebuilding from zero reads the event store instead of the
-stream and must reach the same views.
+state that is kept; the fold also skips any event at or below the position it has reached, so a
+message delivered twice changes nothing. Rebuilding from zero, and answering as of a past time,
+read the event store instead of the stream and must reach the same views.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import orjson
 from adapters.checkpoints import Checkpoint, CheckpointStore
 from adapters.nats_bus import StreamMessage
 from adapters.store import Notification, StoreThread
-from projections.base import Projection
+from projections.base import Fold, Keys, Projection
 from projections.fleet import PROJECTIONS
-from services.relay import envelope
+from services.relay import event_type
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ class Projector:
     ) -> None:
         self._store, self.checkpoints = store, checkpoints
         self._source, self._sink = source, sink
-        self.projections = [kind() for kind in kinds]
+        self._kinds = list(kinds)
+        self.fold = Fold(kind() for kind in self._kinds)
         self.seq = 0  # the last stream sequence applied
         self._event_time: datetime | None = None
         self._since_checkpoint = 0
@@ -96,36 +97,41 @@ class Projector:
             await self.checkpoint()
 
     async def _restore(self) -> None:
-        self.projections = [type(p)() for p in self.projections]
+        """The latest checkpoint, or zero when any projection has none (a new one): all
+        projections are checkpointed together and move together."""
+        self.fold = Fold(kind() for kind in self._kinds)
         self.seq, self._event_time, self._busy = 0, None, None
-        for projection in self.projections:
-            saved = await self._store.run(self.checkpoints.latest, projection.name)
-            if saved is not None:
-                projection.restore(saved.state)
-                self.seq = saved.stream_seq  # written together: the same for all
-                self._event_time = saved.event_time
+        saved = [
+            await self._store.run(self.checkpoints.latest, p.name) for p in self.fold.projections
+        ]
+        if any(c is None for c in saved) or len({c.position for c in saved if c}) != 1:
+            return
+        for projection, checkpoint in zip(self.fold.projections, saved, strict=True):
+            assert checkpoint is not None
+            projection.restore(checkpoint.state)
+            self.fold.position, self.seq = checkpoint.position, checkpoint.stream_seq
+            self._event_time = checkpoint.event_time
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
         """Fold a batch: every view change goes on the projection stream as it happens; the
         latest value of each view changed, and the projector's progress, once per batch."""
-        latest: dict[tuple[int, str], tuple[bytes | None, int]] = {}
+        latest: dict[tuple[str, str], tuple[bytes | None, int]] = {}
         for message in batch:
             event = orjson.loads(message.data)
             position = event["position"]
-            for i, projection in enumerate(self.projections):
-                for key in projection.apply(event):
-                    view = projection.view(key)
-                    payload = None if view is None else orjson.dumps(view)
-                    await self._sink.change(projection.name, key, payload, position)
-                    latest[(i, key)] = (payload, position)
+            for projection, key in self.fold.apply_envelope(event):
+                view = projection.view(key)
+                payload = None if view is None else orjson.dumps(view)
+                await self._sink.change(projection.name, key, payload, position)
+                latest[(projection.name, key)] = (payload, position)
             self.seq = message.seq
             self._event_time = datetime.fromisoformat(event["event"]["timestamp"])
-        for (i, key), (payload, position) in latest.items():
-            await self._sink.latest(self.projections[i].name, key, payload, position)
+        for (name, key), (payload, position) in latest.items():
+            await self._sink.latest(name, key, payload, position)
         assert self._event_time is not None
         await self._sink.progress(
             {
-                "position": max(p.position for p in self.projections),
+                "position": self.fold.position,
                 "stream_seq": self.seq,
                 "event_time": self._event_time.isoformat(),
             }
@@ -142,9 +148,10 @@ class Projector:
     async def checkpoint(self) -> None:
         if self._event_time is None:
             return
+        position = self.fold.position
         saved = [
-            Checkpoint(p.name, p.position, self.seq, self._event_time, p.state())
-            for p in self.projections
+            Checkpoint(p.name, position, self.seq, self._event_time, p.state())
+            for p in self.fold.projections
         ]
         await self._store.run(self.checkpoints.save, saved)
         self._since_checkpoint, self._checkpointed_at = 0, time.monotonic()
@@ -155,12 +162,12 @@ def rebuild(
     kinds: Iterable[type[Projection]] = PROJECTIONS,
     *,
     progress: Callable[[int], None] | None = None,
-) -> list[Projection]:
+) -> Fold:
     """Fold the whole event store into fresh projections: what the live views must equal.
     `progress` is told the position reached after every page."""
-    projections = [kind() for kind in kinds]
-    fold(read, projections, 0, progress=progress)
-    return projections
+    target = Fold(kind() for kind in kinds)
+    fold(read, target, progress=progress)
+    return target
 
 
 def as_of(
@@ -171,38 +178,55 @@ def as_of(
 ) -> list[Projection]:
     """Every projection as it stood at `when`: the fold of the store's events up to the first
     one stamped after `when`, starting from the latest checkpoint before it."""
-    projections = [kind() for kind in kinds]
-    for projection in projections:
-        saved = checkpoints.before(projection.name, when)
+    starts: dict[int, Fold] = {}
+    projections = []
+    for kind in kinds:
+        projection = kind()
+        saved = checkpoints.before(kind.name, when)
         if saved is not None:
             projection.restore(saved.state)
-    fold(read, projections, min(p.position for p in projections), until=when)
+        position = saved.position if saved else 0
+        starts.setdefault(position, Fold([], position)).projections.append(projection)
+        projections.append(projection)
+    for start in starts.values():  # checkpoints are taken together: normally one start
+        fold(read, Fold(start.projections, start.position), until=when)
     return projections
 
 
 def fold(
     read: StoreRead,
-    projections: list[Projection],
-    after: int,
+    target: Fold,
     *,
     until: datetime | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Apply the store's events after position `after` to `projections`, stopping before the
-    first event stamped after `until`. Each projection skips events it has already seen."""
-    position = after
-    while notes := read(position, READ_PAGE):
+    """Apply the store's events after `target`'s position, stopping before the first event
+    stamped after `until`. The hot loop of a rebuild: per stored topic it learns once which
+    handlers fold it and where the aggregate id starts, and events no projection folds (and
+    command receipts) are not even decoded."""
+    topics: dict[str, tuple[list[Callable[[str, Any], Keys]], int] | None] = {}
+    while notes := read(target.position, READ_PAGE):
         for note in notes:
-            event = envelope(note)
-            if event is None:
+            topic = note.topic
+            if topic not in topics:
+                route = target.routes.get(event_type(topic))
+                cut = str(note.originator_id).index(":") + 1
+                bound = [handler.__get__(p) for p, handler in route or ()]
+                topics[topic] = (bound, cut) if bound else None
+            known = topics[topic]
+            if known is None:
                 continue
-            if until is not None and datetime.fromisoformat(event["event"]["timestamp"]) > until:
+            event = orjson.loads(note.state)
+            if until is not None and datetime.fromisoformat(event["timestamp"]) > until:
                 return
-            for projection in projections:
-                projection.apply(event)
-        position = notes[-1].id
+            handlers, cut = known
+            aggregate_id = note.originator_id[cut:]  # type: ignore[index]  # ids are text
+            for handler in handlers:
+                handler(aggregate_id, event)
+            target.position = target.last_applied = note.id
+        target.position = notes[-1].id
         if progress is not None:
-            progress(position)
+            progress(target.position)
 
 
 @dataclass
@@ -215,13 +239,16 @@ class Verdict:
     mismatched: list[str] = field(default_factory=list)
 
 
-def compare(rebuilt: Projection, live: Mapping[str, tuple[int, bytes | None]]) -> Verdict:
-    """Every live view computed at or before the rebuild's position must equal the rebuilt one
-    (a removed view must be absent from both); views changed later are counted, not compared."""
+def compare(
+    rebuilt: Projection, upto: int, live: Mapping[str, tuple[int, bytes | None]]
+) -> Verdict:
+    """Every live view computed at or before `upto`, the rebuild's position, must equal the
+    rebuilt one (a removed view must be absent from both); views changed later are counted, not
+    compared."""
     verdict = Verdict(rebuilt.name)
     for key in sorted(rebuilt.views.keys() | live.keys()):
         position, payload = live.get(key, (0, None))
-        if position > rebuilt.position:
+        if position > upto:
             verdict.newer += 1
             continue
         expected = rebuilt.views.get(key)

@@ -39,7 +39,8 @@ class StreamPublisher(Protocol):
 
 
 @lru_cache(maxsize=512)
-def _event_type(topic: str) -> str:
+def event_type(topic: str) -> str:
+    """`domain.deployment:DeploymentScaled` -> `DeploymentScaled`."""
     return topic.rpartition(":")[2].rpartition(".")[2]
 
 
@@ -54,14 +55,8 @@ def _head(n: Notification) -> dict[str, Any] | None:
         "aggregate": kind,
         "aggregate_id": key,
         "version": n.originator_version,
-        "type": _event_type(n.topic),
+        "type": event_type(n.topic),
     }
-
-
-def envelope(n: Notification) -> dict[str, Any] | None:
-    """A stored event as the stream carries it, decoded: what projections fold."""
-    head = _head(n)
-    return None if head is None else head | {"event": orjson.loads(n.state)}
 
 
 def to_message(n: Notification) -> OutMessage | None:

@@ -30,7 +30,7 @@ async def kv_view(client: Client, projection: str, key: str) -> Any:
 def rebuilt(data_dir: Path) -> dict[str, dict[str, Any]]:
     store = EventStore(store_env(None, data_dir))
     try:
-        return {p.name: p.views for p in rebuild(store.read)}
+        return {p.name: p.views for p in rebuild(store.read).projections}
     finally:
         store.close()
 

@@ -18,8 +18,9 @@ from domain.deployment import AdmissionReason, Deployment
 from domain.project import Project
 from domain.replica import Replica
 from domain.values import ServingConfig
+from projections.base import Fold
 from projections.fleet import Capacity, DeploymentHealth
-from services.projector import as_of, rebuild
+from services.projector import as_of, fold, rebuild
 
 
 def at(hhmm: str) -> datetime:
@@ -137,12 +138,14 @@ def test_as_of_answers_match_the_hand_computed_history(stores: Any) -> None:
 
 def test_as_of_starts_from_checkpoints_and_ignores_later_ones(stores: Any) -> None:
     store, checkpoints = stores
-    full = rebuild(store.read, [Capacity, DeploymentHealth])
-    upto_1402 = as_of(store.read, checkpoints, at("14:02"), [Capacity, DeploymentHealth])
+    kinds = [Capacity, DeploymentHealth]
+    upto_1402 = Fold(kind() for kind in kinds)
+    fold(store.read, upto_1402, until=at("14:02"))
+    full = rebuild(store.read, kinds)
     # one checkpoint inside the history and one at its end: answers must not change
-    for projections, when in ((upto_1402, at("14:02")), (full, at("14:06"))):
+    for target, when in ((upto_1402, at("14:02")), (full, at("14:06"))):
         checkpoints.save(
-            [Checkpoint(p.name, p.position, p.position, when, p.state()) for p in projections]
+            [Checkpoint(p.name, target.position, 0, when, p.state()) for p in target.projections]
         )
     answers(store, checkpoints)
 

@@ -35,22 +35,12 @@ class Fleet:
         self.envelopes: list[dict[str, Any]] = []
         self.deployments: dict[str, Deployment] = {}
         self.replicas: dict[str, Replica] = {}
+        self.clusters: dict[str, Cluster] = {}
         self.next_device = 0
         for name in CLUSTERS:
             cluster = Cluster.register(PLANE, name, None, {})
-            cluster.report_inventory(
-                PLANE,
-                tuple(
-                    Node(
-                        node_id=f"{name}-{dc}",
-                        device_class=dc,
-                        devices=16,
-                        topology_domain=f"{name}-nvl",
-                    )
-                    for dc in CLASSES
-                ),
-            )
-            self._keep(cluster)
+            self.clusters[name] = cluster
+            self.regroup(name, f"{name}-nvl")
         project = Project.register(PLANE, "p")
         for dc in CLASSES:
             project.set_quota(PLANE, dc, 24)
@@ -92,6 +82,15 @@ class Fleet:
         )
         self._keep(workload, d)
         self.deployments[d.key] = d
+
+    def regroup(self, cluster: str, domain: str | None) -> None:
+        """Report the cluster's inventory with its nodes in another topology domain."""
+        nodes = tuple(
+            Node(node_id=f"{cluster}-{dc}", device_class=dc, devices=16, topology_domain=domain)
+            for dc in CLASSES
+        )
+        self.clusters[cluster].report_inventory(CLUSTER, nodes)
+        self._keep(self.clusters[cluster])
 
     def _deployment(self, i: int) -> Deployment:
         return list(self.deployments.values())[i % len(self.deployments)]
@@ -188,6 +187,7 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("start"), i),
     st.tuples(st.just("ready"), i, st.booleans()),
     st.tuples(st.just("terminate"), i),
+    st.tuples(st.just("regroup"), st.sampled_from(CLUSTERS), st.sampled_from(["a", "b", None])),
 )
 
 

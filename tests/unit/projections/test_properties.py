@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.base import Projection
-from projections.fleet import PROJECTIONS, Capacity, QuotaUse
+from projections.base import Fold, Projection
+from projections.fleet import PROJECTIONS, Allocations, Capacity, QuotaUse
 
 from .history import Fleet, histories
 
@@ -19,8 +19,9 @@ settings.load_profile("projections")
 
 def fold(cls: type[Projection], envelopes: list[dict[str, Any]]) -> Projection:
     projection = cls()
+    target = Fold([projection])
     for e in envelopes:
-        projection.apply(e)
+        target.apply_envelope(e)
     return projection
 
 
@@ -32,8 +33,9 @@ def test_rebuild_from_zero_equals_incremental_with_checkpoints(fleet: Fleet, dat
         first = fold(cls, events[:cut])
         resumed = cls()  # restored from a serialised checkpoint, then fed the rest
         resumed.restore(orjson.loads(orjson.dumps(first.state())))
+        target = Fold([resumed], position=cut)
         for e in events[cut:]:
-            resumed.apply(e)
+            target.apply_envelope(e)
         assert resumed.views == fold(cls, events).views, cls.name
 
 
@@ -76,3 +78,14 @@ def test_quota_use_counts_live_allocations(fleet: Fleet) -> None:
         row = use.views[f"p.{dc}"]
         assert row["used"] == used.get(dc, 0)
         assert row["available"] == 24 - row["used"]
+
+
+@given(histories())
+def test_each_live_replica_sits_in_its_nodes_latest_topology_domain(fleet: Fleet) -> None:
+    allocations = fold(Allocations, fleet.envelopes)
+    live = {key: r for key, r in fleet.replicas.items() if not r.terminated}
+    assert allocations.views.keys() == live.keys()
+    for key, replica in live.items():
+        cluster = fleet.clusters[fleet.deployments[replica.deployment_id].cluster_id]
+        [node] = [n for n in cluster.nodes if n.node_id == replica.node_id]
+        assert allocations.views[key]["topology_domain"] == node.topology_domain

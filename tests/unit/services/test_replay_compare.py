@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import orjson
 
+from projections.base import Fold
 from projections.fleet import QuotaUse
 from services.projector import compare
 
 
 def rebuilt() -> QuotaUse:
     projection = QuotaUse()
+    target = Fold([projection])
     for position, (project, devices) in enumerate([("a", 4), ("b", 8)], start=1):
         event = {"device_class": "H100", "devices": devices, "timestamp": "2026-11-29T14:00:00Z"}
-        projection.apply(
-            {
-                "position": position,
-                "aggregate": "project",
-                "aggregate_id": project,
-                "version": 1,
-                "type": "QuotaSet",
-                "event": event,
-            }
-        )
+        target.apply(position, "QuotaSet", project, event)
     return projection
 
 
@@ -34,6 +27,7 @@ def test_equal_views_pass_and_later_changes_are_not_compared() -> None:
     changed_later = dict(expected.views["b.H100"], quota=99)
     verdict = compare(
         expected,
+        2,
         {"a.H100": live(expected, "a.H100", 1), "b.H100": (3, orjson.dumps(changed_later))},
     )
     assert (verdict.equal, verdict.newer, verdict.mismatched) == (1, 1, [])
@@ -43,7 +37,7 @@ def test_differences_missing_and_extra_views_are_reported() -> None:
     expected = rebuilt()
     wrong = dict(expected.views["a.H100"], quota=5, available=5)
     verdict = compare(
-        expected, {"a.H100": (1, orjson.dumps(wrong)), "c.H100": (2, b'{"quota": 1}')}
+        expected, 2, {"a.H100": (1, orjson.dumps(wrong)), "c.H100": (2, b'{"quota": 1}')}
     )
     assert verdict.equal == 0
     assert verdict.mismatched == [
@@ -56,5 +50,5 @@ def test_differences_missing_and_extra_views_are_reported() -> None:
 def test_a_view_removed_in_both_is_equal() -> None:
     expected = rebuilt()
     views = {key: live(expected, key, 1) for key in expected.views}
-    verdict = compare(expected, views | {"gone.H100": (2, None)})
+    verdict = compare(expected, 2, views | {"gone.H100": (2, None)})
     assert (verdict.equal, verdict.mismatched) == (2, [])
