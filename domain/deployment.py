@@ -95,6 +95,7 @@ class Deployment(Aggregate):
     desired_replicas: int
     admission_phase: AdmissionPhase
     admission_reason: AdmissionReason | None
+    granted_devices: int  # what the last admission granted
     generation: int
     authority: Authority
     enabled: bool
@@ -206,18 +207,35 @@ class Deployment(Aggregate):
         admitted: bool,
         reason: AdmissionReason | None,
         evidence: dict[str, int],
+        devices: int = 0,
     ) -> None:
+        """Admit with `devices` granted, or leave pending with a reason. Admitting a deployment
+        that is placed or running changes only its grant (it scaled): its phase stays."""
         require_writer(cause, Writer.PLANE, "admission")
-        phase = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         if admitted == (reason is not None):
             raise InvalidValue(
                 "a deployment left pending needs a reason, and an admitted one has none",
                 field="reason",
             )
-        if (phase, reason) == (self.admission_phase, self.admission_reason):
+        if devices < 0 or (devices and not admitted):
+            raise InvalidValue(
+                "only an admission grants devices, never fewer than 0", field="devices"
+            )
+        phase = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
+        serving = {AdmissionPhase.PLACED, AdmissionPhase.RUNNING}
+        if admitted and self.admission_phase in serving:
+            phase = self.admission_phase
+        if (phase, reason, devices) == (
+            self.admission_phase,
+            self.admission_reason,
+            self.granted_devices,
+        ):
             return
-        self._check_transition(phase)
-        self._record(AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence)
+        if phase is not self.admission_phase:
+            self._check_transition(phase)
+        self._record(
+            AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence, devices=devices
+        )
 
     # -- cluster-observed -------------------------------------------------------------------
 
@@ -292,6 +310,7 @@ class DeploymentCreated(Created):
         d.engine_args, d.imported_args = self.engine_args, self.imported_args
         d.admission_phase = AdmissionPhase.PENDING
         d.admission_reason = AdmissionReason.AWAITING_ADMISSION
+        d.granted_devices = 0
         d.status, d.live_digests = None, {}
 
 
@@ -344,9 +363,11 @@ class AdmissionDecided(Event):
     phase: AdmissionPhase
     reason: AdmissionReason | None
     evidence: dict[str, int]
+    devices: int = 0  # granted by this admission
 
     def apply(self, d: Any) -> None:
         d.admission_phase, d.admission_reason = self.phase, self.reason
+        d.granted_devices = self.devices
 
 
 class DeploymentPlaced(Event):
@@ -366,6 +387,7 @@ class DeploymentFailed(Event):
     def apply(self, d: Any) -> None:
         d.admission_phase = AdmissionPhase.FAILED
         d.admission_reason = AdmissionReason.CLUSTER_FAILURE
+        d.granted_devices = 0  # a failure releases the grant; admission starts over
 
 
 class StatusObserved(Event):

@@ -1,0 +1,173 @@
+"""Admission rules, each as given / when / then, on the pure ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.admission import Decision, Ledger
+
+
+class Fleet:
+    """Feeds the ledger events in the stream's shape and runs admission as the process
+    manager will: decide, record, and later fold the decision's own event."""
+
+    def __init__(self) -> None:
+        self.ledger = Ledger()
+        self.position = 0
+        self.decided: list[Decision] = []
+
+    def event(self, event_type: str, aggregate_id: str, **e: Any) -> list[Decision]:
+        self.position += 1
+        candidates = self.ledger.apply(self.position, event_type, aggregate_id, e)
+        decisions = self.ledger.decide_all(candidates)
+        for d in decisions:  # their events come back on the stream later: no change then
+            self.event_of(d)
+        self.decided += decisions
+        return decisions
+
+    def event_of(self, d: Decision) -> None:
+        self.position += 1
+        e = {"phase": d.phase, "reason": d.reason, "evidence": d.evidence, "devices": d.devices}
+        assert self.ledger.apply(self.position, "AdmissionDecided", d.deployment_id, e) == []
+
+    def quota(self, project: str, devices: int, device_class: str = "H100") -> list[Decision]:
+        return self.event("QuotaSet", project, device_class=device_class, devices=devices)
+
+    def inventory(self, cluster: str, devices: int) -> list[Decision]:
+        nodes = [{"node_id": "n1", "device_class": "H100", "devices": devices}]
+        return self.event("InventoryReported", cluster, nodes=nodes)
+
+    def deployment(
+        self, name: str, replicas: int, *, per: int = 1, project: str = "p", cluster: str = "east"
+    ) -> list[Decision]:
+        return self.event(
+            "DeploymentCreated",
+            name,
+            cluster_id=cluster,
+            project=project,
+            device_class="H100",
+            serving={"devices_per_replica": per},
+            desired_replicas=replicas,
+            authority="managed",
+        )
+
+
+def verdict(decisions: list[Decision]) -> list[tuple[str, bool, int, str | None]]:
+    return [(d.deployment_id, d.admitted, d.devices, d.reason) for d in decisions]
+
+
+def test_admitted_only_when_quota_and_capacity_both_allow() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 4)
+    fleet.inventory("east", 8)
+    assert verdict(fleet.deployment("a", 2, per=2)) == [("a", True, 4, None)]
+    assert verdict(fleet.deployment("b", 1)) == [("b", False, 0, "insufficient_quota")]
+    fleet.quota("q", 16)
+    assert verdict(fleet.deployment("c", 5, project="q")) == [
+        ("c", False, 0, "insufficient_capacity")
+    ]
+
+
+def test_a_pending_decision_carries_the_numbers_and_their_positions() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 2)  # position 1
+    fleet.inventory("east", 8)  # position 2
+    [pending] = fleet.deployment("a", 3)
+    assert pending.evidence == {
+        "wanted": 3,
+        "capacity": 8,
+        "held_in_cluster": 0,
+        "quota": 2,
+        "held_by_project": 0,
+        "position": 3,
+        "inventory_position": 2,
+        "quota_position": 1,
+    }
+
+
+def test_pending_deployments_are_admitted_when_what_they_wait_for_changes() -> None:
+    fleet = Fleet()
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 2)  # no quota yet
+    assert verdict(fleet.quota("p", 2)) == [("a", True, 2, None)]
+    fleet.quota("p", 10)
+    fleet.deployment("b", 4)  # 2 of 4 devices left in east
+    assert verdict(fleet.inventory("east", 6)) == [("b", True, 4, None)]
+
+
+def test_released_devices_go_to_the_oldest_waiting_deployment() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 4)
+    fleet.deployment("big", 3)  # waits for capacity
+    fleet.deployment("small", 1)  # waits behind it: the big one is not starved
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=1)) == [
+        ("a", True, 1, None),
+        ("big", True, 3, None),
+    ]
+    assert verdict(fleet.event("DeploymentDisabled", "big")) == [
+        ("big", False, 0, "disabled"),
+        ("small", True, 1, None),
+    ]
+
+
+def test_a_deployment_short_of_its_quota_does_not_hold_back_other_projects() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 1)
+    fleet.quota("q", 10)
+    fleet.inventory("east", 2)
+    fleet.deployment("a", 4)  # p's quota is too small
+    assert verdict(fleet.deployment("b", 2, project="q")) == [("b", True, 2, None)]
+
+
+def test_a_serving_deployment_that_grows_keeps_what_it_holds_until_there_is_room() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 2)
+    fleet.event("DeploymentPlaced", "a")
+    fleet.event("DeploymentRunning", "a")
+    fleet.deployment("b", 2)
+    assert fleet.event("DeploymentScaled", "a", desired_replicas=3) == []  # no room: it waits
+    assert fleet.ledger.deployments["a"].held == 2
+    assert verdict(fleet.inventory("east", 5)) == [("a", True, 3, None)]
+    assert fleet.ledger.deployments["a"].phase == "running"
+
+
+def test_replicas_hold_devices_even_beyond_what_was_granted() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 1)
+    for i in range(3):  # the cluster runs more than was granted (an old generation, say)
+        fleet.event("ReplicaStarted", f"r{i}", deployment_id="a", device_ids=[f"GPU-{i}"])
+    assert verdict(fleet.deployment("b", 2)) == [("b", False, 0, "insufficient_capacity")]
+    assert verdict(fleet.event("ReplicaTerminated", "r0")) == [("b", True, 2, None)]
+    assert fleet.event("ReplicaTerminated", "r1") == []  # a holds its grant of 1 still
+
+
+def test_observed_deployments_are_never_decided_but_their_replicas_count() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 2)
+    fleet.event(
+        "DeploymentCreated",
+        "seen",
+        cluster_id="east",
+        project="p",
+        device_class="H100",
+        serving={"devices_per_replica": 1},
+        desired_replicas=2,
+        authority="observed",
+    )
+    fleet.event("ReplicaStarted", "r", deployment_id="seen", device_ids=["GPU-0", "GPU-1"])
+    assert verdict(fleet.deployment("a", 1)) == [("a", False, 0, "insufficient_capacity")]
+    assert all(d.deployment_id != "seen" for d in fleet.decided)
+
+
+def test_an_event_seen_twice_changes_nothing() -> None:
+    fleet = Fleet()
+    fleet.inventory("east", 4)
+    assert fleet.ledger.apply(1, "QuotaSet", "p", {"device_class": "H100", "devices": 9}) == []
+    assert fleet.ledger.quota == {}
