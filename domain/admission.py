@@ -85,6 +85,10 @@ class Ledger:
 
     # -- folding events ------------------------------------------------------------------
 
+    def folds(self, event_type: str) -> bool:
+        """Whether events of this type matter to admission."""
+        return hasattr(self, f"_on_{event_type}")
+
     def apply(self, position: int, event_type: str, aggregate_id: str, e: E) -> list[str]:
         """Fold one event; returns the deployments to decide for, in the order to decide.
         An event at or below the position reached changes nothing."""
@@ -108,7 +112,7 @@ class Ledger:
         for device_class in classes:
             self.total[(cluster, device_class)] = totals.get(device_class, 0)
         self.inventory_position[cluster] = self.position
-        return self._oldest_first(d for k in classes for d in self.waiting_in.get((cluster, k), ()))
+        return self.oldest_first(d for k in classes for d in self.waiting_in.get((cluster, k), ()))
 
     def _on_DeploymentCreated(self, deployment_id: str, e: E) -> list[str]:
         slot = Slot(
@@ -295,7 +299,7 @@ class Ledger:
         self.held_by_project[project_key] = self.held_by_project.get(project_key, 0) + moved
         if moved > 0:
             return []
-        return self._oldest_first(
+        return self.oldest_first(
             [*self.waiting_in.get(cluster_key, ()), *self.waiting_for.get(project_key, ())]
         )
 
@@ -318,8 +322,9 @@ class Ledger:
                     del queues[key]
 
     def _waiting_for_project(self, key: Key) -> list[str]:
-        return self._oldest_first(self.waiting_for.get(key, ()))
+        return self.oldest_first(self.waiting_for.get(key, ()))
 
-    def _oldest_first(self, deployment_ids: Iterable[str]) -> list[str]:
+    def oldest_first(self, deployment_ids: Iterable[str]) -> list[str]:
+        """In the order they began to wait (creation order for those that never did)."""
         unique = dict.fromkeys(deployment_ids)
         return sorted(unique, key=lambda d: self.deployments[d].waiting_since)

@@ -15,6 +15,7 @@ from adapters.checkpoints import CheckpointStore
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
+from services.admission import AdmissionProcess
 from services.config import Settings
 from services.hub import CommandService
 from services.projector import Projector
@@ -76,11 +77,30 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
+        if relay is not None and settings.admission:
+            admission = admission_process(store, relay, commands)
+            relay.on_published = admission.published
+            tasks["admission"] = asyncio.create_task(admission.run(), name="wingsmith-admission")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
             yield Hub(url, nc, store, commands, relay, list(tasks.values()))
         finally:
             await _shut_down(subscription, commands, relay, tasks)
+
+
+def admission_process(
+    store: StoreThread, relay: Relay, commands: CommandService
+) -> AdmissionProcess:
+    """Admission beside the relay, reading what it publishes."""
+
+    async def read(after: int, limit: int, stop: int) -> list[Notification]:
+        return await store.run(store.store.read, after, limit, stop)
+
+    async def published_upto() -> int:
+        await relay.synced.wait()
+        return relay.position
+
+    return AdmissionProcess(read, commands.execute, published_upto)
 
 
 @contextlib.asynccontextmanager
@@ -149,6 +169,8 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
+    if "admission" in tasks:  # it sends commands: stop it before they close
+        await _cancel(tasks["admission"])
     commands.close()
     async with asyncio.timeout(30):
         await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged

@@ -116,6 +116,17 @@ class PromoteAuthority(Command):
     force: bool = Field(default=False, description="Promote even if engine_args differ")
 
 
+class DecideAdmission(Command):
+    """Internal: the admission process's decision. Not accepted on NATS."""
+
+    subject = "deployment.decide_admission"
+    deployment_id: str
+    admitted: bool
+    devices: int = Field(ge=0)
+    reason: str | None
+    evidence: dict[str, int]
+
+
 COMMANDS: dict[str, type[Command]] = {
     cls.subject: cls
     for cls in (

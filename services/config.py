@@ -20,6 +20,7 @@ class Settings:
     operator_read_only: bool = False
     relay: bool = True
     projector: bool = True  # `up` starts the projector process
+    admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1
 
     @classmethod
@@ -39,6 +40,8 @@ class Settings:
             operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
             relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
             projector=(env.get("WINGSMITH_PROJECTOR") or "true").lower()
+            not in {"0", "false", "no", "off"},
+            admission=(env.get("WINGSMITH_ADMISSION") or "true").lower()
             not in {"0", "false", "no", "off"},
             stream_replicas=int(replicas),
         )

@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from domain.base import Aggregate, AlreadyExists, Cause, NotFound
 from domain.cluster import Cluster
-from domain.deployment import Authority, Deployment
+from domain.deployment import AdmissionReason, Authority, Deployment
 from domain.placement import divide
 from domain.project import Project
 from domain.workload import Workload
@@ -141,6 +141,21 @@ def promote_authority(repo: Repository, cmd: c.PromoteAuthority, cause: Cause) -
     return _deployment_result(deployment)
 
 
+def decide_admission(repo: Repository, cmd: c.DecideAdmission, cause: Cause) -> dict[str, Any]:
+    deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    deployment.decide_admission(
+        cause,
+        admitted=cmd.admitted,
+        reason=None if cmd.reason is None else AdmissionReason(cmd.reason),
+        evidence=dict(cmd.evidence),
+        devices=cmd.devices,
+    )
+    return _deployment_result(deployment) | {
+        "admission_phase": deployment.admission_phase.value,
+        "granted_devices": deployment.granted_devices,
+    }
+
+
 def _workload_result(workload: Workload) -> dict[str, Any]:
     return {
         "workload_id": workload.key,
@@ -175,4 +190,5 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.DisableDeployment: disable_deployment,
     c.SetEngineArgs: set_engine_args,
     c.PromoteAuthority: promote_authority,
+    c.DecideAdmission: decide_admission,
 }

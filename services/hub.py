@@ -90,6 +90,7 @@ class Submission:
     command: Command
     reply_to: str | None
     digest: str = ""
+    answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
 
     def __post_init__(self) -> None:
         self.digest = hashlib.sha256(self.command.model_dump_json().encode()).hexdigest()[:32]
@@ -414,6 +415,17 @@ class CommandService:
         self._queue.append(Submission(parsed, reply_to))
         self._wake.set()
 
+    async def execute(self, command: Command) -> dict[str, Any]:
+        """Run a command from inside the hub (the admission process) in the next batch, as if
+        it had come over NATS, and return the reply."""
+        if self._closing:
+            raise RuntimeError("the hub is shutting down")
+        answer = asyncio.get_running_loop().create_future()
+        self._queue.append(Submission(command, None, answer=answer))
+        self._wake.set()
+        reply: dict[str, Any] = orjson.loads(await answer)
+        return reply
+
     async def run(self) -> None:
         """Commit batches until closed, then finish whatever was already queued."""
         while not self._closing:
@@ -439,6 +451,8 @@ class CommandService:
             if notifications:
                 self.on_committed(notifications)
             for sub, reply in zip(batch, replies, strict=True):
+                if sub.answer is not None and not sub.answer.done():
+                    sub.answer.set_result(reply)
                 if sub.reply_to:
                     await self._reply(sub.reply_to, reply)
 

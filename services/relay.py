@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -75,6 +76,9 @@ def to_message(n: Notification) -> OutMessage | None:
 class Relay:
     def __init__(self, store: StoreThread, publisher: StreamPublisher) -> None:
         self._store, self._publisher = store, publisher
+        # handed every stored record once the stream has it, in order (records published
+        # again after a resynchronisation are handed over again)
+        self.on_published: Callable[[list[Notification]], None] | None = None
         self._fed: list[Notification] = []
         self._wake = asyncio.Event()
         self.position = 0  # the last store position handled (published or skipped)
@@ -151,18 +155,26 @@ class Relay:
 
     async def _publish(self, notifications: list[Notification]) -> None:
         batch: list[OutMessage] = []
-        last = self.position
+        handled: list[Notification] = []
         for n in notifications:
-            last = n.id
+            handled.append(n)
             message = to_message(n)
             if message is not None:
                 batch.append(message)
             if len(batch) == PUBLISH_LIMIT:
-                self.seq = await self._publisher.publish(batch, self.seq)
-                batch = []
+                await self._published(batch, handled)
+                batch, handled = [], []
         if batch:
-            self.seq = await self._publisher.publish(batch, self.seq)
-        self.position = last
+            await self._published(batch, handled)
+        elif handled and self.on_published is not None:  # receipts only: nothing to send
+            self.on_published(handled)
+        if notifications:
+            self.position = notifications[-1].id
+
+    async def _published(self, batch: list[OutMessage], handled: list[Notification]) -> None:
+        self.seq = await self._publisher.publish(batch, self.seq)
+        if self.on_published is not None:
+            self.on_published(handled)
 
     async def idle(self) -> None:
         """Wait until everything fed so far is on the stream (for shutdown and tests)."""

@@ -38,6 +38,17 @@ async def hub(nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[
 
 
 @pytest.fixture
+async def plain_hub(nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Hub]:
+    """A hub without the admission process: only commands write, so a test can count on
+    exactly the events its commands record."""
+    settings = Settings(
+        nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub", admission=False
+    )
+    async with running_hub(settings) as running:
+        yield running
+
+
+@pytest.fixture
 async def client(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
     nc = await nats.connect(nats_server.url)
     yield nc

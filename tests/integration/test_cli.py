@@ -62,7 +62,7 @@ def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str])
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["ok"] is True
 
-    events = _events_when_all_arrived(env, steps[-1], 9)
+    events = _events_when_all_arrived(env, steps[-1], 11)
     assert [line.split()[4] for line in events] == [
         "ProjectRegistered",
         "QuotaSet",
@@ -71,13 +71,18 @@ def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str])
         "WorkloadCreated",
         "DeploymentCreated",
         "DeploymentAttached",
+        "AdmissionDecided",  # 2 devices: quota 16, 8 in the cluster
         "WorkloadScaled",
         "DeploymentScaled",
+        "AdmissionDecided",  # grown to 3
     ]
+    assert '"devices":3' in events[-1]
     only = wingsmith(env, "events", "--aggregate", "deployment")
     assert [line.split()[4] for line in only.stdout.splitlines()] == [
         "DeploymentCreated",
+        "AdmissionDecided",
         "DeploymentScaled",
+        "AdmissionDecided",
     ]
 
     refused = wingsmith(env, "cmd", "workload.scale", '{"workload_id": "llama-8b", "replicas": -1}')
@@ -94,9 +99,13 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
         done = wingsmith(env, "view", "deployment_health", "--key", "llama-8b--east", "--json")
         return json.loads(done.stdout)["llama-8b--east"] if done.returncode == 0 else {}
 
+    def granted() -> int:
+        admission = health().get("admission", {})
+        return int(admission.get("evidence", {}).get("wanted", 0)) if admission else 0
+
     deadline = time.monotonic() + 30
-    while health().get("desired_replicas") != 3:
-        assert time.monotonic() < deadline, "the projector never showed the scaled deployment"
+    while health().get("desired_replicas") != 3 or granted() != 3:
+        assert time.monotonic() < deadline, "the projector never showed the grown deployment"
         time.sleep(0.2)
 
     now = wingsmith(env, "view", "capacity", "--as-of", "0s", "--json")
@@ -108,15 +117,22 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     assert bad.returncode == 2 and "--as-of" in bad.stderr and "'yesterday'" in bad.stderr
 
     history = wingsmith(env, "audit", "deployment:llama-8b--east").stdout.splitlines()
-    assert [line.split()[3] for line in history] == ["DeploymentCreated", "DeploymentScaled"]
-    assert "desired_replicas: 2 → 3" in history[1]
+    assert [line.split()[3] for line in history] == [
+        "DeploymentCreated",
+        "AdmissionDecided",
+        "DeploymentScaled",
+        "AdmissionDecided",
+    ]
+    assert "desired_replicas: 2 → 3" in history[2]
+    assert "devices: 2 → 3" in history[3]
     scaled = json.loads(
-        wingsmith(env, "audit", "deployment:llama-8b--east", "--json").stdout.splitlines()[1]
+        wingsmith(env, "audit", "deployment:llama-8b--east", "--json").stdout.splitlines()[2]
     )
     chain = wingsmith(env, "audit", "--correlation", scaled["correlation_id"], "--json")
     assert [json.loads(line)["type"] for line in chain.stdout.splitlines()] == [
         "WorkloadScaled",
         "DeploymentScaled",
+        "AdmissionDecided",  # the admission it caused continues the chain
     ]
     assert wingsmith(env, "audit", "deployment:nope").returncode == 1
 
@@ -134,7 +150,7 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     try:
         assert watch.stdout is not None
         current = json.loads(watch.stdout.readline())
-        assert current["key"] == "llama-8b" and current["view"]["phase"] == "pending"
+        assert current["key"] == "llama-8b" and current["view"]["phase"] == "admitted"
     finally:
         watch.terminate()
         watch.wait(10)

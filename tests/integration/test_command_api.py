@@ -37,7 +37,7 @@ async def test_a_command_is_answered_after_its_events_are_stored(hub: Hub, clien
     assert stored(hub) == 3  # two events and the command's receipt
 
 
-async def test_events_reach_the_stream_with_causation(hub: Hub, client: Client) -> None:
+async def test_events_reach_the_stream_with_causation(plain_hub: Hub, client: Client) -> None:
     deployment = await seed_deployment(client)
     reply = await send(
         client,
@@ -275,7 +275,7 @@ async def test_idempotency_survives_a_hub_restart(
 
 
 async def test_concurrent_commands_on_one_deployment_lose_no_update(
-    hub: Hub, client: Client
+    plain_hub: Hub, client: Client
 ) -> None:
     deployment = await seed_deployment(client)
     replies = await asyncio.gather(
@@ -296,7 +296,7 @@ async def test_concurrent_commands_on_one_deployment_lose_no_update(
     versions = sorted(e["version"] for r in replies for e in r["result"]["events"])
     assert versions == list(range(2, 202))  # every update is its own version, none lost
     last = max(replies, key=lambda r: r["result"]["events"][0]["version"])
-    assert hub.store.store.load(f"deployment:{deployment}").engine_args == tuple(  # type: ignore[union-attr]
+    assert plain_hub.store.store.load(f"deployment:{deployment}").engine_args == tuple(  # type: ignore[union-attr]
         last["result"]["engine_args"]
     )
 

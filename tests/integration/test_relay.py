@@ -114,7 +114,9 @@ async def _progress(replies: list[Any], step: int = 150) -> None:
 async def test_a_lost_stream_is_rebuilt_from_the_store(
     nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
 ) -> None:
-    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    settings = Settings(
+        nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub", admission=False
+    )
     async with running_hub(settings):
         await seed_deployment(client)
         await _assert_stream_matches_store(client, settings.data_dir)

@@ -73,7 +73,9 @@ async def nc(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
 async def test_every_change_reaches_subscribers_from_any_start_and_across_a_restart(
     nats_server: EmbeddedNatsServer, nc: Client, tmp_path: Path, store_url: str
 ) -> None:
-    settings = Settings(nats_url=nats_server.url, store_url=store_url, data_dir=tmp_path / "hub")
+    settings = Settings(  # without admission, the views change only with the commands
+        nats_url=nats_server.url, store_url=store_url, data_dir=tmp_path / "hub", admission=False
+    )
     async with running_hub(settings):
         await seed_deployment(nc)
         current = Subscriber(nc, "last")  # the current view, then every change
@@ -121,7 +123,9 @@ async def test_changes_within_one_batch_are_each_published(
 ) -> None:
     """Commands arriving together are committed and projected as one batch; a subscriber still
     sees each view change, not only where the batch left the view."""
-    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    settings = Settings(
+        nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub", admission=False
+    )
     async with running_hub(settings):
         await seed_deployment(nc)
         replies = await asyncio.gather(

@@ -1,0 +1,114 @@
+"""The admission process: one sequential reader of the event history that runs the admission
+ledger (`domain/admission.py`) and hands its decisions to the hub as commands.
+
+It runs in the hub that runs the relay, one per store, and reads what the relay publishes, in
+the stream's order, as the relay hands it over: no second consumer of the stream inside the hub,
+and events admission does not fold are not even decoded. On start it folds the store up to where
+the relay has published, then decides once for every deployment; from there it decides after
+each event, recording each decision in the ledger before the next, so two deployments never
+both get the last free devices. A decision the hub refuses means the ledger and the
+deployments disagree: it starts over from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from adapters.store import Notification
+from domain.admission import Decision, Ledger
+from services.commands import DecideAdmission
+from services.relay import event_type
+
+log = logging.getLogger(__name__)
+
+READ_PAGE = 5_000
+
+Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
+Execute = Callable[[DecideAdmission], Awaitable[dict[str, Any]]]
+
+
+class Refused(Exception):
+    """The hub refused a decision."""
+
+
+class AdmissionProcess:
+    def __init__(
+        self, read: Read, execute: Execute, published_upto: Callable[[], Awaitable[int]]
+    ) -> None:
+        """`published_upto()`: the store position up to which the relay has published, once it
+        has caught up with the store."""
+        self._read, self._execute, self._published_upto = read, execute, published_upto
+        self._arrived: asyncio.Queue[list[Notification]] = asyncio.Queue()
+        self.ledger = Ledger()
+        self.decisions = 0
+        # (originator id, version) of the events our decisions recorded: the ledger counted
+        # them when deciding, and folding them when they come back, perhaps after later
+        # decisions, would take it back in time
+        self._own: set[tuple[str, int]] = set()
+
+    def published(self, notifications: list[Notification]) -> None:
+        """What the relay has just published (its `on_published`)."""
+        self._arrived.put_nowait(notifications)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._follow()
+            except Exception as e:
+                log.warning("admission: %s: %s; starting over from the store", type(e).__name__, e)
+                await asyncio.sleep(0.5)
+
+    async def _follow(self) -> None:
+        self.ledger, self._own = Ledger(), set()
+        upto = await self._published_upto()
+        while notes := await self._read(self.ledger.position, READ_PAGE, upto):
+            for note in notes:
+                self._fold(note)
+            self.ledger.position = notes[-1].id
+        await self._decide(self.ledger.oldest_first(self.ledger.deployments), None)
+        while True:
+            for note in await self._arrived.get():
+                await self._decide(*self._fold(note))
+
+    def _fold(self, note: Notification) -> tuple[list[str], str | None]:
+        """Fold one stored record; the deployments to decide for and the correlation id their
+        decisions continue."""
+        kind = event_type(note.topic)
+        own = (str(note.originator_id), note.originator_version)
+        if own in self._own or not self.ledger.folds(kind):
+            self._own.discard(own)
+            self.ledger.position = max(self.ledger.position, note.id)
+            return [], None
+        e = orjson.loads(note.state)
+        aggregate_id = str(note.originator_id).partition(":")[2]
+        return self.ledger.apply(note.id, kind, aggregate_id, e), e["correlation_id"]
+
+    async def _decide(self, candidates: list[str], correlation_id: str | None) -> None:
+        for decision in self.ledger.decide_all(candidates):
+            await self._send(decision, correlation_id)
+
+    async def _send(self, decision: Decision, correlation_id: str | None) -> None:
+        # the same decision at the same position (resent after a restart) is the same command
+        digest = hashlib.sha256(orjson.dumps(dataclasses.astuple(decision))).hexdigest()[:24]
+        command = DecideAdmission(
+            command_id=f"admission-{self.ledger.position}-{digest}",
+            correlation_id=correlation_id,
+            deployment_id=decision.deployment_id,
+            admitted=decision.admitted,
+            devices=decision.devices,
+            reason=decision.reason,
+            evidence=decision.evidence,
+        )
+        reply = await self._execute(command)
+        if not reply.get("ok"):
+            raise Refused(f"{decision.deployment_id}: {reply.get('error')}")
+        events = reply["result"]["events"]
+        self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
+        self.decisions += 1

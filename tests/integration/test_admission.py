@@ -1,0 +1,124 @@
+"""Admission in a running hub over a real nats-server: decisions appear as events with their
+evidence, and concurrent demand never gets more devices than the cluster or the quota has."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.nats_server import EmbeddedNatsServer
+from services.bootstrap import Hub, running_hub
+from services.config import Settings
+
+from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
+
+
+async def events(nc: Client) -> list[dict[str, Any]]:
+    stream = nats_bus.read_stream(nc, nats_bus.EVENTS_STREAM, "wingsmith.evt.>", follow=False)
+    return [orjson.loads(m.data) async for m in stream]
+
+
+async def decisions(nc: Client, deployment_id: str) -> list[dict[str, Any]]:
+    return [
+        e["event"]
+        for e in await events(nc)
+        if e["type"] == "AdmissionDecided" and e["aggregate_id"] == deployment_id
+    ]
+
+
+async def inventory(nc: Client, devices: int, command_id: str) -> None:
+    body = {
+        "command_id": command_id,
+        "cluster_id": "east",
+        "nodes": [{"node_id": "n1", "device_class": "H100", "devices": devices}],
+    }
+    assert (await send_until_answered(nc, "cluster.report_inventory", body))["ok"]
+
+
+async def test_pending_for_capacity_then_admitted_when_the_cluster_reports_devices(
+    hub: Hub, client: Client
+) -> None:
+    deployment = await seed_deployment(client)  # quota 8; east has reported no devices
+
+    async def decided(count: int) -> bool:
+        return len(await decisions(client, deployment)) >= count
+
+    await wait_for(lambda: decided(1), 20, "the first admission decision")
+    [pending] = await decisions(client, deployment)
+    assert (pending["phase"], pending["reason"]) == ("pending", "insufficient_capacity")
+    assert pending["evidence"]["wanted"] == 2 and pending["evidence"]["capacity"] == 0
+
+    await inventory(client, 8, "inv-8")
+    await wait_for(lambda: decided(2), 20, "the admission once east has devices")
+    admitted = (await decisions(client, deployment))[-1]
+    assert (admitted["phase"], admitted["devices"], admitted["reason"]) == ("admitted", 2, None)
+    assert admitted["evidence"]["capacity"] == 8 and admitted["evidence"]["quota"] == 8
+
+
+async def test_concurrent_demand_never_exceeds_capacity_or_quota(hub: Hub, client: Client) -> None:
+    quota = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 7}
+    assert (await send_until_answered(client, "project.set_quota", quota))["ok"]
+    register = {"command_id": "c", "cluster_id": "east"}
+    assert (await send_until_answered(client, "cluster.register", register))["ok"]
+    await inventory(client, 6, "inv-6")
+
+    def workload(i: int) -> dict[str, Any]:
+        return {
+            "command_id": f"w{i}",
+            "workload_id": f"w{i}",
+            "project": "research",
+            "device_class": "H100",
+            "serving": LLAMA,
+            "replicas": 1 + i % 2,
+            "cluster": "east",
+        }
+
+    changes = [send_until_answered(client, "workload.create", workload(i)) for i in range(24)]
+    changes += [inventory(client, 4, "inv-4"), inventory(client, 9, "inv-9")]
+    await asyncio.gather(*changes)
+
+    async def settled() -> bool:
+        history = await events(client)
+        created = sum(e["type"] == "DeploymentCreated" for e in history)
+        decided = {e["aggregate_id"] for e in history if e["type"] == "AdmissionDecided"}
+        return created == 24 and len(decided) == 24
+
+    await wait_for(settled, 30, "a decision for every deployment")
+    await asyncio.sleep(1)  # decisions that follow the last inventory report
+    total, granted = 0, {}
+    for e in await events(client):  # at every point of the history
+        if e["type"] == "InventoryReported":
+            total = sum(n["devices"] for n in e["event"]["nodes"])
+        elif e["type"] == "AdmissionDecided":
+            grew = e["event"]["devices"] > granted.get(e["aggregate_id"], 0)
+            granted[e["aggregate_id"]] = e["event"]["devices"]
+            if grew:
+                assert sum(granted.values()) <= min(total, 7), (e, granted)
+    assert sum(granted.values()) == 7  # the quota, all of it: no room left unused
+
+
+async def test_after_a_restart_admission_catches_up_from_the_store_and_decides_once(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "hub"
+    quiet = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir, admission=False)
+    async with running_hub(quiet):  # commands only: the deployment waits undecided
+        deployment = await seed_deployment(client)
+        await inventory(client, 8, "inv-8")
+    deciding = dataclasses.replace(quiet, admission=True)
+    for _ in range(2):  # the first start decides from the store; the second has nothing to add
+        async with running_hub(deciding) as hub:
+
+            async def admitted() -> bool:
+                return [d["phase"] for d in await decisions(client, deployment)] == ["admitted"]
+
+            await wait_for(admitted, 20, "the admission decided from the store")
+            await asyncio.sleep(1)
+            assert hub.relay is not None and hub.relay.synced.is_set()
+    assert [d["devices"] for d in await decisions(client, deployment)] == [2]
