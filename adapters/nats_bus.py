@@ -337,19 +337,13 @@ async def read_stream(
 
 
 async def event_batches(
-    nc: Client, after_seq: int, limit: int = 1000, idle: float | None = None
+    nc: Client, after_seq: int, limit: int = 1000
 ) -> AsyncIterator[list[StreamMessage]]:
-    """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived; with
-    `idle`, an empty batch whenever nothing arrived for that many seconds."""
+    """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived."""
     sub, arrived, early = await _ordered(nc, EVENTS_STREAM, "wingsmith.evt.>", after_seq + 1)
     try:
         while True:
-            try:
-                async with asyncio.timeout(idle):
-                    batch = [await arrived.get()]
-            except TimeoutError:
-                yield []
-                continue
+            batch = [await arrived.get()]
             while not arrived.empty() and len(batch) < limit:
                 batch.append(arrived.get_nowait())
             messages = [m for m in map(_message, batch) if not early(m)]
