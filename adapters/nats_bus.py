@@ -37,6 +37,9 @@ __all__ = ["Connection", "Subscription"]  # re-exported for the wiring
 
 EVENTS_STREAM = "WINGSMITH_EVENTS"
 VIEWS_STREAM = "WINGSMITH_PROJ"
+VIEWS_PREFIX = "wingsmith.proj"
+RENDER_STREAM = "WINGSMITH_RENDER"
+RENDER_PREFIX = "wingsmith.render"
 POSITION_HEADER = "Wingsmith-Position"
 
 STREAMS = [
@@ -49,7 +52,7 @@ STREAMS = [
         description="Domain events, in event-store order, each exactly once",
     ),
     StreamConfig(
-        name="WINGSMITH_RENDER",
+        name=RENDER_STREAM,
         subjects=["wingsmith.render.>"],
         storage=StorageType.FILE,
         max_msgs_per_subject=1,
@@ -379,13 +382,17 @@ class ViewPublisher:
             )
 
     async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
-        """One change of one view, on the projection stream; None: the view was removed."""
+        """One change of one view, on the projection stream (the render stream for `render`);
+        None: the view was removed."""
         headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
         if view is None:
             headers[DELETED_HEADER] = "true"
-        await self._js.publish_async(
-            f"wingsmith.proj.{projection}.{key}", view or b"", headers=headers
+        subject = (
+            f"{RENDER_PREFIX}.{key}"
+            if projection == "render"
+            else f"{VIEWS_PREFIX}.{projection}.{key}"
         )
+        await self._js.publish_async(subject, view or b"", headers=headers)
 
     async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """The view's value now, in its KV bucket."""

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from projections.base import Keys, Projection, View, handles
+from projections.render import Render
 
 E = Mapping[str, Any]
 RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
@@ -521,4 +522,5 @@ PROJECTIONS: tuple[type[Projection], ...] = (
     DeploymentHealth,
     Discovered,
     Allocations,
+    Render,  # published on wingsmith.render.> for the operators, not wingsmith.proj.>
 )

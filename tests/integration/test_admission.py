@@ -60,6 +60,19 @@ async def test_pending_for_capacity_then_admitted_when_the_cluster_reports_devic
     assert (admitted["phase"], admitted["devices"], admitted["reason"]) == ("admitted", 2, None)
     assert admitted["evidence"]["capacity"] == 8 and admitted["evidence"]["quota"] == 8
 
+    async def rendered() -> dict[str, Any] | None:  # what an operator starting now would get
+        subject = f"wingsmith.render.east.{deployment}"
+        stream = nats_bus.read_stream(
+            client, nats_bus.RENDER_STREAM, subject, follow=False, start="last"
+        )
+        last = [orjson.loads(m.data) async for m in stream]
+        return last[-1] if last else None
+
+    await wait_for(rendered, 20, "the render command for the admitted deployment")
+    desired = await rendered()
+    assert desired is not None
+    assert (desired["replicas"], desired["generation"], desired["enabled"]) == (2, 1, True)
+
 
 async def test_concurrent_demand_never_exceeds_capacity_or_quota(hub: Hub, client: Client) -> None:
     quota = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 7}

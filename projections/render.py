@@ -1,0 +1,115 @@
+"""Render commands: the desired state an operator reconciles, per managed deployment.
+
+Key: `<cluster>.<deployment>`, published on `wingsmith.render.<cluster>.<deployment>` (stream
+`WINGSMITH_RENDER`, the latest value per subject). A deployment appears once admission has
+granted it devices, with as many replicas as the grant covers; every later change to what
+should run there (scale, serving configuration, engine arguments, enabling) publishes the whole
+object again. Observed deployments never appear: the plane does not write to what it only
+observes, until a promotion makes one managed. Disabling renders zero replicas: the operator
+scales to zero and keeps the DynamoGraphDeployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from projections.base import Keys, Projection, handles
+
+E = Mapping[str, Any]
+
+
+class Render(Projection):
+    name = "render"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.desired: dict[str, dict[str, Any]] = {}  # deployment id -> what should run
+
+    @handles("DeploymentCreated")
+    def _created(self, deployment_id: str, e: E) -> Keys:
+        self.desired[deployment_id] = {
+            "deployment_id": deployment_id,
+            "workload_id": e["workload_id"],
+            "cluster_id": e["cluster_id"],
+            "project": e["project"],
+            "device_class": e["device_class"],
+            "generation": 1,
+            "serving": e["serving"],
+            "serving_digest": e["serving_digest"],
+            "engine_args": list(e["engine_args"]),
+            "desired_replicas": e["desired_replicas"],
+            "granted_devices": 0,
+            "enabled": True,
+            "managed": e["authority"] == "managed",
+            "admitted": False,
+        }
+        return ()
+
+    @handles("AdmissionDecided")
+    def _admission(self, deployment_id: str, e: E) -> Keys:
+        admitted = e["reason"] is None
+        return self._set(deployment_id, granted_devices=e.get("devices", 0), admitted=admitted)
+
+    @handles("DeploymentScaled")
+    def _scaled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, desired_replicas=e["desired_replicas"])
+
+    @handles("ServingConfigChanged")
+    def _serving(self, deployment_id: str, e: E) -> Keys:
+        return self._set(
+            deployment_id,
+            generation=e["generation"],
+            serving=e["serving"],
+            serving_digest=e["serving_digest"],
+        )
+
+    @handles("EngineArgsSet")
+    def _engine_args(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, engine_args=list(e["engine_args"]))
+
+    @handles("DeploymentEnabled")
+    def _enabled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, enabled=True)
+
+    @handles("DeploymentDisabled")
+    def _disabled(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, enabled=False)
+
+    @handles("AuthorityPromoted")
+    def _promoted(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, managed=True)
+
+    def _set(self, deployment_id: str, **fields: Any) -> Keys:
+        d = self.desired.get(deployment_id)
+        if d is None:
+            return ()
+        d.update(fields)
+        key = f"{d['cluster_id']}.{deployment_id}"
+        if not d["managed"] or (key not in self.views and not d["admitted"]):
+            return ()  # observed, or never admitted: nothing for the operator to do
+        view = self._render(d)
+        if self.views.get(key) == view:
+            return ()
+        self.views[key] = view
+        return (key,)
+
+    @staticmethod
+    def _render(d: dict[str, Any]) -> dict[str, Any]:
+        """The object the operator receives: what should run, and how many replicas of it."""
+        per_replica = d["serving"]["devices_per_replica"]
+        covered = d["granted_devices"] // per_replica if per_replica else 0
+        replicas = min(d["desired_replicas"], covered) if d["enabled"] else 0
+        return {
+            "deployment_id": d["deployment_id"],
+            "workload_id": d["workload_id"],
+            "cluster_id": d["cluster_id"],
+            "project": d["project"],
+            "device_class": d["device_class"],
+            "generation": d["generation"],
+            "serving": d["serving"],
+            "serving_digest": d["serving_digest"],
+            "engine_args": d["engine_args"],
+            "replicas": replicas,
+            "enabled": d["enabled"],
+        }

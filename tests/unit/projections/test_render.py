@@ -1,0 +1,90 @@
+"""Render commands as given / when / then, over events made by the real Deployment aggregate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.deployment import AdmissionReason, Authority, Deployment
+from projections.base import Fold
+from projections.render import Render
+
+from .history import CLUSTER, PLANE, envelope, serving
+
+KEY = "east.w--east"
+
+
+class Given:
+    def __init__(self, authority: Authority = Authority.MANAGED) -> None:
+        self.render = Render()
+        self.fold = Fold([self.render])
+        self.position = 0
+        self.d = Deployment.create(
+            PLANE,
+            workload_id="w",
+            cluster_id="east",
+            project="p",
+            device_class="H100",
+            serving=serving(2),
+            desired_replicas=3,
+            authority=authority,
+            imported_args=None if authority is Authority.MANAGED else ("--x",),
+        )
+        self.published: list[dict[str, Any] | None] = []
+        self.flush()
+
+    def flush(self) -> None:
+        for event in self.d.collect_events():
+            self.position += 1
+            for projection, key in self.fold.apply_envelope(envelope(event, self.position)):
+                self.published.append(projection.view(key))
+
+    def admit(self, devices: int) -> None:
+        self.d.decide_admission(PLANE, admitted=True, reason=None, evidence={}, devices=devices)
+        self.flush()
+
+
+def test_nothing_is_rendered_before_admission() -> None:
+    given = Given()
+    given.d.decide_admission(
+        PLANE, admitted=False, reason=AdmissionReason.INSUFFICIENT_QUOTA, evidence={}
+    )
+    given.flush()
+    assert given.published == [] and given.render.views == {}
+
+
+def test_admission_renders_as_many_replicas_as_the_grant_covers() -> None:
+    given = Given()
+    given.admit(4)  # 3 wanted, 2 devices each: the grant covers 2
+    assert given.published[-1] is not None
+    assert given.published[-1]["replicas"] == 2
+    given.admit(6)
+    assert given.render.views[KEY]["replicas"] == 3
+    assert given.render.views[KEY]["serving_digest"] == given.d.serving_digest
+
+
+def test_every_change_to_what_should_run_publishes_the_whole_object() -> None:
+    given = Given()
+    given.admit(6)
+    given.d.change_serving_config(PLANE, serving(2).model_copy(update={"engine_version": "2.0"}))
+    given.d.set_engine_args(PLANE, ("--enforce-eager",))
+    given.d.disable(PLANE)  # scale to zero, the object stays
+    given.flush()
+    generations = [(v or {}).get("generation") for v in given.published]
+    assert generations == [1, 2, 2, 2]
+    last = given.published[-1]
+    assert last is not None
+    assert (last["replicas"], last["enabled"], last["engine_args"]) == (
+        0,
+        False,
+        ["--enforce-eager"],
+    )
+
+
+def test_observed_deployments_are_never_rendered_until_promoted() -> None:
+    given = Given(Authority.OBSERVED)
+    given.d.observe_imported_args(CLUSTER, ())  # engine_args () now equal the imported ones
+    given.admit(6)
+    assert given.published == []
+    given.d.promote_authority(PLANE)
+    given.flush()
+    assert given.published[-1] is not None and given.published[-1]["replicas"] == 3
