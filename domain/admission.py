@@ -57,6 +57,11 @@ class Slot:
         return max(self.granted, self.allocated) if self.phase in HOLDS else self.allocated
 
 
+def _blocks_cluster(slot: Slot) -> bool:
+    """Waiting for cluster capacity: later deployments in its cluster wait behind it."""
+    return slot.phase == "pending" and slot.reason == "insufficient_capacity"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     deployment_id: str
@@ -72,6 +77,7 @@ class Ledger:
     position: int = 0
     quota: dict[Key, int] = field(default_factory=dict)
     total: dict[Key, int] = field(default_factory=dict)
+    classes: dict[str, set[str]] = field(default_factory=dict)  # cluster -> classes reported
     held_in_cluster: dict[Key, int] = field(default_factory=dict)
     held_by_project: dict[Key, int] = field(default_factory=dict)
     deployments: dict[str, Slot] = field(default_factory=dict)
@@ -108,7 +114,8 @@ class Ledger:
         totals: dict[str, int] = {}
         for node in e["nodes"]:
             totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
-        classes = {k for c, k in self.total if c == cluster} | totals.keys()
+        classes = self.classes.get(cluster, set()) | totals.keys()
+        self.classes[cluster] = set(totals)
         for device_class in classes:
             self.total[(cluster, device_class)] = totals.get(device_class, 0)
         self.inventory_position[cluster] = self.position
@@ -216,18 +223,18 @@ class Ledger:
         )
 
     def decide_all(self, deployment_ids: list[str]) -> list[Decision]:
-        """Decide in order, recording each decision before the next; a deployment waiting for
-        cluster capacity stops the others waiting behind it in that cluster."""
+        """Decide in order, recording each decision before the next. A deployment that would
+        take devices while an older one waits for capacity in its cluster waits behind it."""
         decisions: list[Decision] = []
-        blocked: set[Key] = set()
         queue = list(dict.fromkeys(deployment_ids))
         while queue:
             deployment_id = queue.pop(0)
             slot = self.deployments.get(deployment_id)
-            if slot is None or (slot.cluster, slot.device_class) in blocked:
+            if slot is None:
                 continue
             decision = self.decide(deployment_id)
-            if decision is not None:
+            takes = decision is not None and decision.devices > slot.held
+            if decision is not None and not (takes and self._behind_a_blocker(deployment_id)):
                 decisions.append(decision)
                 released = self.record(decision)
                 if decision.reason == "awaiting_admission":  # out of failure: decide again
@@ -235,9 +242,16 @@ class Ledger:
                 queue += [d for d in released if d not in queue]
             elif slot.phase in HOLDS and slot.wanted > slot.granted:
                 self._wait(deployment_id, slot)  # to grow when there is room
-            if slot.phase == "pending" and slot.reason == "insufficient_capacity":
-                blocked.add((slot.cluster, slot.device_class))
         return decisions
+
+    def _behind_a_blocker(self, deployment_id: str) -> bool:
+        slot = self.deployments[deployment_id]
+        for other in self.waiting_in.get((slot.cluster, slot.device_class), ()):
+            if other == deployment_id:
+                return False
+            if _blocks_cluster(self.deployments[other]):
+                return True
+        return False
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -272,11 +286,15 @@ class Ledger:
         fields: dict[str, Any] = {"phase": phase, "reason": reason}
         if granted is not None:
             fields["granted"] = granted
+        was_blocking = _blocks_cluster(slot)
         released = self._update(deployment_id, slot, **fields)
         if phase == "pending" and slot.managed:
             self._wait(deployment_id, slot)
         else:
             self._stop_waiting(deployment_id, slot)
+        if was_blocking and not _blocks_cluster(slot):  # those behind it may move up
+            queue = self.waiting_in.get((slot.cluster, slot.device_class), {})
+            released = self.oldest_first([*released, *queue])
         return released
 
     def _allocate(self, deployment_id: str, devices: int) -> list[str]:

@@ -171,3 +171,17 @@ def test_an_event_seen_twice_changes_nothing() -> None:
     fleet.inventory("east", 4)
     assert fleet.ledger.apply(1, "QuotaSet", "p", {"device_class": "H100", "devices": 9}) == []
     assert fleet.ledger.quota == {}
+
+
+def test_a_younger_deployment_that_would_fit_waits_behind_one_short_of_capacity() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 2)
+    assert verdict(fleet.deployment("big", 3)) == [("big", False, 0, "insufficient_capacity")]
+    assert fleet.deployment("small", 1) == []  # 2 devices are free, but big came first
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=1)) == [
+        ("a", True, 1, None),
+        ("big", True, 3, None),
+        ("small", False, 0, "insufficient_capacity"),
+    ]
