@@ -1,7 +1,7 @@
 """Safety of admission under random fleets: the real aggregates record every event, the ledger
 folds them and decides, and each decision goes back through the Deployment aggregate. No grant
 ever exceeds the cluster's devices or the project's quota left by everything else, counted
-here from the aggregates themselves; the ledger's sums always equal that recount."""
+here from the aggregates themselves; the ledger's sums and phases always equal that recount."""
 
 from __future__ import annotations
 
@@ -55,8 +55,9 @@ class AdmissionMachine(RuleBasedStateMachine):
         return self.ledger.decide_all(candidates)
 
     def check_and_record(self, decision: Decision) -> None:
-        """The ledger recorded the decision when it made it; the aggregate must accept it,
-        and folding its event must change nothing more."""
+        """The ledger recorded the decision when it made it; the aggregate must accept it. Its
+        event comes back on the stream and is skipped, as the admission process skips its own
+        events (the ledger may have decided again about that deployment since)."""
         deployment = next(d for d in self.deployments if d.key == decision.deployment_id)
         if decision.admitted and decision.devices > deployment.granted_devices:
             self.assert_room(deployment, decision.devices)
@@ -67,8 +68,9 @@ class AdmissionMachine(RuleBasedStateMachine):
             evidence=decision.evidence,
             devices=decision.devices,
         )
-        for event in deployment.collect_events():
-            assert self.fold(event) == [], "the decision's own event decided again"
+        for _ in deployment.collect_events():
+            self.position += 1
+            self.ledger.position = self.position
 
     def assert_room(self, grown: Deployment, devices: int) -> None:
         """Counted from the aggregates: what every other deployment holds."""
