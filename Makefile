@@ -25,6 +25,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/admission.py
 
 clean:
 	rm -rf $(VENV) .wingsmith .pytest_cache .mypy_cache .hypothesis
