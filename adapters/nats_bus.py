@@ -33,7 +33,8 @@ from nats.nuid import NUID
 log = logging.getLogger(__name__)
 
 Connection = Client
-__all__ = ["Connection", "Subscription"]  # re-exported for the wiring
+NatsError = nats.errors.Error  # what the command line reports without a traceback
+__all__ = ["Connection", "NatsError", "Subscription"]  # re-exported for the wiring
 
 EVENTS_STREAM = "WINGSMITH_EVENTS"
 VIEWS_STREAM = "WINGSMITH_PROJ"
@@ -365,6 +366,14 @@ def view_bucket(projection: str) -> str:
     return f"wingsmith_{projection}"
 
 
+def view_stream(projection: str) -> tuple[str, str]:
+    """The stream a projection's changes go to, and their subject prefix: render commands go
+    to the operators' stream, every other view to the projection stream."""
+    if projection == "render":
+        return RENDER_STREAM, RENDER_PREFIX
+    return VIEWS_STREAM, f"{VIEWS_PREFIX}.{projection}"
+
+
 class ViewPublisher:
     """Publishes every view change on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ),
     keeps the latest value per key in the KV bucket `wingsmith_<projection>`, and the projector's
@@ -387,12 +396,8 @@ class ViewPublisher:
         headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
         if view is None:
             headers[DELETED_HEADER] = "true"
-        subject = (
-            f"{RENDER_PREFIX}.{key}"
-            if projection == "render"
-            else f"{VIEWS_PREFIX}.{projection}.{key}"
-        )
-        await self._js.publish_async(subject, view or b"", headers=headers)
+        _, prefix = view_stream(projection)
+        await self._js.publish_async(f"{prefix}.{key}", view or b"", headers=headers)
 
     async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """The view's value now, in its KV bucket."""

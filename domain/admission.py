@@ -288,8 +288,8 @@ class Ledger:
             fields["granted"] = granted
         was_blocking = _blocks_cluster(slot)
         released = self._update(deployment_id, slot, **fields)
-        if phase == "pending" and slot.managed:
-            self._wait(deployment_id, slot)
+        if slot.managed and (phase == "pending" or (phase in HOLDS and slot.wanted > slot.granted)):
+            self._wait(deployment_id, slot)  # pending, or serving and waiting to grow
         else:
             self._stop_waiting(deployment_id, slot)
         if was_blocking and not _blocks_cluster(slot):  # those behind it may move up

@@ -109,6 +109,7 @@ class AdmissionProcess:
         reply = await self._execute(command)
         if not reply.get("ok"):
             raise Refused(f"{decision.deployment_id}: {reply.get('error')}")
-        events = reply["result"]["events"]
-        self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
+        if not reply.get("duplicate"):  # a duplicate's events came back long ago
+            events = reply["result"]["events"]
+            self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
         self.decisions += 1

@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(asyncio.run(args.run(args)) or 0)
-    except (RuntimeError, ValueError, OSError) as e:
+    except (RuntimeError, ValueError, OSError, nats_bus.NatsError) as e:
         print(f"wingsmith: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -231,13 +231,11 @@ def _start(text: str) -> nats_bus.Start:
 
 
 async def _watch(args: argparse.Namespace) -> int:
-    subject = f"wingsmith.proj.{args.projection}.{args.key}"
-    prefix = f"wingsmith.proj.{args.projection}."
+    stream_name, prefix = nats_bus.view_stream(args.projection)
+    subject, prefix = f"{prefix}.{args.key}", f"{prefix}."
     nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
     try:
-        stream = nats_bus.read_stream(
-            nc, nats_bus.VIEWS_STREAM, subject, follow=True, start=args.since
-        )
+        stream = nats_bus.read_stream(nc, stream_name, subject, follow=True, start=args.since)
         with contextlib.suppress(asyncio.CancelledError):
             async for m in stream:
                 key, position = (
@@ -311,7 +309,7 @@ async def _store(settings: Settings) -> AsyncIterator[tuple[StoreThread, Checkpo
 async def _audit(args: argparse.Namespace) -> int:
     if args.ref is not None:
         kind, _, key = args.ref.replace("/", ":", 1).partition(":")
-        if not kind or not key or not all(c.isalnum() or c in "-_" for c in kind + key):
+        if not kind or not key or not all(c.isalnum() or c in "-_." for c in kind + key):
             raise ValueError(
                 f"{args.ref!r} is not an aggregate reference like deployment:llama--east"
             )
@@ -377,7 +375,7 @@ async def _replay(args: argparse.Namespace) -> int:
         ]
     finally:
         await nc.close()
-    print(f"rebuilt from {last:,} stored records up to event position {upto:,}")
+    print(f"rebuilt from the store up to position {last:,} (last event at {upto:,})")
     print(f"{'PROJECTION':20} {'VIEWS':>8} {'EQUAL':>8} {'CHANGED SINCE':>14} {'MISMATCHED':>11}")
     for v in verdicts:
         views = v.equal + len(v.mismatched)

@@ -83,6 +83,7 @@ class Projector:
                     await asyncio.shield(self._busy)
             except Exception as e:
                 log.warning("projector: %s: %s; resuming from the checkpoint", type(e).__name__, e)
+                self._event_time = None  # what was folded may be unpublished: never checkpoint it
                 await asyncio.sleep(0.5)
 
     async def close(self) -> None:

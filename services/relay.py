@@ -76,8 +76,8 @@ def to_message(n: Notification) -> OutMessage | None:
 class Relay:
     def __init__(self, store: StoreThread, publisher: StreamPublisher) -> None:
         self._store, self._publisher = store, publisher
-        # handed every stored record once the stream has it, in order (records published
-        # again after a resynchronisation are handed over again)
+        # handed every stored record once the stream has it, in order, including records the
+        # stream took while an acknowledgement was lost (found on resynchronising)
         self.on_published: Callable[[list[Notification]], None] | None = None
         self._fed: list[Notification] = []
         self._wake = asyncio.Event()
@@ -113,11 +113,21 @@ class Relay:
         tail = await self._publisher.tail()
         if tail.seq:
             await self._check_tail(tail)
+        if self.on_published is not None and 0 < self.position < tail.position:
+            await self._hand_over(tail.position)  # the stream took them; we never heard
         self.seq, self.position = tail.seq, tail.position
         self.mismatch = None
         while await self._catch_up():
             pass
         self.synced.set()
+
+    async def _hand_over(self, upto: int) -> None:
+        """Hand `on_published` what the stream holds up to `upto` beyond our position."""
+        assert self.on_published is not None
+        after = self.position
+        while notes := await self._store.run(self._store.store.read, after, READ_LIMIT, upto):
+            self.on_published(notes)
+            after = notes[-1].id
 
     async def _check_tail(self, tail: StreamTail) -> None:
         stored = await self._store.run(self._store.store.read, tail.position - 1, 1, tail.position)

@@ -141,19 +141,22 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     assert "the live views equal the rebuild" in replay.stdout
     assert "rebuilding: 100%" in replay.stderr
 
-    watch = subprocess.Popen(
-        [*WINGSMITH, "watch", "workload_phase", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watch.stdout is not None
-        current = json.loads(watch.stdout.readline())
-        assert current["key"] == "llama-8b" and current["view"]["phase"] == "admitted"
-    finally:
-        watch.terminate()
-        watch.wait(10)
+    for projection, key, check in (
+        ("workload_phase", "llama-8b", lambda view: view["phase"] == "admitted"),
+        ("render", "east.llama-8b--east", lambda view: view["replicas"] == 3),
+    ):
+        watch = subprocess.Popen(
+            [*WINGSMITH, "watch", projection, "--json"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert watch.stdout is not None
+            lines = [json.loads(watch.stdout.readline())]
+            while lines[-1]["key"] != key:
+                lines.append(json.loads(watch.stdout.readline()))
+            assert check(lines[-1]["view"]), lines
+        finally:
+            watch.terminate()
+            watch.wait(10)
 
 
 def test_sigterm_shuts_down_cleanly(hub: subprocess.Popen[str], env: dict[str, str]) -> None:

@@ -185,3 +185,18 @@ def test_a_younger_deployment_that_would_fit_waits_behind_one_short_of_capacity(
         ("big", True, 3, None),
         ("small", False, 0, "insufficient_capacity"),
     ]
+
+
+def test_a_serving_deployment_keeps_waiting_to_grow_through_phase_changes() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.deployment("a", 4)
+    fleet.deployment("b", 4)
+    fleet.event("DeploymentRunning", "a")
+    assert fleet.event("DeploymentScaled", "a", desired_replicas=6) == []  # no room yet
+    fleet.event("DeploymentPlaced", "a")  # the cluster reports it again: still waiting
+    assert verdict(fleet.event("DeploymentDisabled", "b")) == [
+        ("b", False, 0, "disabled"),
+        ("a", True, 6, None),
+    ]
