@@ -108,7 +108,7 @@ class Ledger:
         key = (project, e["device_class"])
         self.quota[key] = e["devices"]
         self.quota_position[key] = self.position
-        return self._waiting_for_project(key)
+        return self.oldest_first(self.waiting_for.get(key, ()))
 
     def _on_InventoryReported(self, cluster: str, e: E) -> list[str]:
         totals: dict[str, int] = {}
@@ -338,9 +338,6 @@ class Ledger:
                 queue.pop(deployment_id, None)
                 if not queue:
                     del queues[key]
-
-    def _waiting_for_project(self, key: Key) -> list[str]:
-        return self.oldest_first(self.waiting_for.get(key, ()))
 
     def oldest_first(self, deployment_ids: Iterable[str]) -> list[str]:
         """In the order they began to wait (creation order for those that never did)."""

@@ -23,12 +23,12 @@ import orjson
 
 from adapters.store import Notification
 from domain.admission import Decision, Ledger
+from domain.base import split_id
 from services.commands import DecideAdmission
+from services.projector import READ_PAGE
 from services.relay import event_type
 
 log = logging.getLogger(__name__)
-
-READ_PAGE = 5_000
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 Execute = Callable[[DecideAdmission], Awaitable[dict[str, Any]]]
@@ -87,7 +87,7 @@ class AdmissionProcess:
             self.ledger.position = max(self.ledger.position, note.id)
             return [], None
         e = orjson.loads(note.state)
-        aggregate_id = str(note.originator_id).partition(":")[2]
+        _, aggregate_id = split_id(str(note.originator_id))
         return self.ledger.apply(note.id, kind, aggregate_id, e), e["correlation_id"]
 
     async def _decide(self, candidates: list[str], correlation_id: str | None) -> None:

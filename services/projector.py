@@ -110,8 +110,10 @@ class Projector:
         for projection, checkpoint in zip(self.fold.projections, saved, strict=True):
             assert checkpoint is not None
             projection.restore(checkpoint.state)
-            self.fold.position, self.seq = checkpoint.position, checkpoint.stream_seq
-            self._event_time = checkpoint.event_time
+        any_one = saved[0]
+        assert any_one is not None  # written together: position, sequence and time are shared
+        self.fold.position, self.seq = any_one.position, any_one.stream_seq
+        self._event_time = any_one.event_time
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
         """Fold a batch: every view change goes on the projection stream as it happens; the
@@ -125,8 +127,8 @@ class Projector:
                 payload = None if view is None else orjson.dumps(view)
                 await self._sink.change(projection.name, key, payload, position)
                 latest[(projection.name, key)] = (payload, position)
-            self.seq = message.seq
-            self._event_time = datetime.fromisoformat(event["event"]["timestamp"])
+        self.seq = batch[-1].seq
+        self._event_time = datetime.fromisoformat(event["event"]["timestamp"])  # the batch's last
         for (name, key), (payload, position) in latest.items():
             await self._sink.latest(name, key, payload, position)
         assert self._event_time is not None
@@ -179,18 +181,17 @@ def as_of(
 ) -> list[Projection]:
     """Every projection as it stood at `when`: the fold of the store's events up to the first
     one stamped after `when`, starting from the latest checkpoint before it."""
-    starts: dict[int, Fold] = {}
+    starts: dict[int, list[Projection]] = {}  # position -> projections starting there
     projections = []
     for kind in kinds:
         projection = kind()
         saved = checkpoints.before(kind.name, when)
         if saved is not None:
             projection.restore(saved.state)
-        position = saved.position if saved else 0
-        starts.setdefault(position, Fold([], position)).projections.append(projection)
+        starts.setdefault(saved.position if saved else 0, []).append(projection)
         projections.append(projection)
-    for start in starts.values():  # checkpoints are taken together: normally one start
-        fold(read, Fold(start.projections, start.position), until=when)
+    for position, group in starts.items():  # checkpoints are taken together: normally one
+        fold(read, Fold(group, position), until=when)
     return projections
 
 
