@@ -17,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-import psycopg
+
+from adapters.store import postgres_connection
 
 _COLUMNS = "projection, position, stream_seq, event_time, state"
 KEEP_LATEST = 2
@@ -46,17 +47,7 @@ class CheckpointStore:
             self._param = "?"
             blob, timestamp = "BLOB", "TEXT"
         else:
-            self._db = psycopg.connect(
-                dbname=env["POSTGRES_DBNAME"],
-                host=env["POSTGRES_HOST"],
-                port=env["POSTGRES_PORT"],
-                user=env["POSTGRES_USER"],
-                password=env["POSTGRES_PASSWORD"],
-                autocommit=True,
-                options=f"-c search_path={env['POSTGRES_SCHEMA']}"
-                if "POSTGRES_SCHEMA" in env
-                else None,
-            )
+            self._db = postgres_connection(env)
             self._param = "%s"
             blob, timestamp = "BYTEA", "TIMESTAMPTZ"
         self._db.execute(

@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 import orjson
+import psycopg
 from eventsourcing.application import Application
 from eventsourcing.persistence import (
     IntegrityError,
@@ -29,7 +30,14 @@ from pydantic import BaseModel
 
 from domain.base import Aggregate, Event, replay
 
-__all__ = ["Conflict", "EventStore", "Notification", "StoreThread", "store_env"]
+__all__ = [
+    "Conflict",
+    "EventStore",
+    "Notification",
+    "StoreThread",
+    "postgres_connection",
+    "store_env",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -108,6 +116,21 @@ def store_env(url: str | None, data_dir: Path) -> dict[str, str]:
     if "schema" in query:
         env["POSTGRES_SCHEMA"] = query["schema"][0]
     return env
+
+
+def postgres_connection(env: dict[str, str], *, in_schema: bool = True) -> psycopg.Connection[Any]:
+    """An autocommit connection to the PostgreSQL store `store_env` describes; in its schema
+    (when the URL names one) unless `in_schema` is false."""
+    schema = env.get("POSTGRES_SCHEMA") if in_schema else None
+    return psycopg.connect(
+        dbname=env["POSTGRES_DBNAME"],
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+        password=env["POSTGRES_PASSWORD"],
+        autocommit=True,
+        options=f"-c search_path={schema}" if schema else None,
+    )
 
 
 class Conflict(Exception):

@@ -58,7 +58,6 @@ from typing import Any
 
 import nats
 import orjson
-import psycopg
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from psycopg import sql
@@ -66,7 +65,7 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, Notification, store_env
+from adapters.store import EventStore, Notification, postgres_connection, store_env
 from domain.base import Aggregate, Cause, Event, Writer
 from domain.cluster import Cluster, Node
 from domain.deployment import (
@@ -531,14 +530,7 @@ def fresh_store(url: str | None) -> Iterator[tuple[EventStore, str]]:
         if "POSTGRES_SCHEMA" not in env:
             raise SystemExit("--store: give a schema of its own (?schema=NAME): it is dropped")
         schema = sql.Identifier(env["POSTGRES_SCHEMA"])
-        with psycopg.connect(
-            dbname=env["POSTGRES_DBNAME"],
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            user=env["POSTGRES_USER"],
-            password=env["POSTGRES_PASSWORD"],
-            autocommit=True,
-        ) as db:
+        with postgres_connection(env, in_schema=False) as db:
             db.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
             try:
                 store = EventStore(env)
