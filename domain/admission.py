@@ -20,11 +20,17 @@ devices released in its cluster or project.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.deployment import Deployment
+from domain.placement import RoomIndex, shares
+
 HOLDS = frozenset({"admitted", "placed", "running"})
+WAITING_FOR_PREVIOUS = "waiting_for_previous_generation"
 
 Key = tuple[str, str]  # (cluster or project, device class)
 E = Mapping[str, Any]
@@ -34,27 +40,67 @@ E = Mapping[str, Any]
 class Slot:
     """A deployment as admission sees it."""
 
+    workload: str
     cluster: str
     project: str
     device_class: str
     per_replica: int
     desired: int
+    digest: str  # the serving configuration it should run
     enabled: bool = True
     managed: bool = True
     phase: str = "pending"
     reason: str | None = "awaiting_admission"
     granted: int = 0  # devices its admission granted
     allocated: int = 0  # devices its live replicas hold
+    by_digest: dict[str, int] = field(default_factory=dict)  # ... per serving configuration
+    rolling: bool = False  # its serving configuration changed and was not admitted yet
     waiting_since: int = 0  # the position it began to wait at: its place in the queues
     retry: bool = False  # failed, then changed by the plane: admission starts over
 
     @property
+    def previous(self) -> int:
+        """Devices still held by replicas of an earlier serving configuration (a rollout)."""
+        return self.allocated - self.by_digest.get(self.digest, 0)
+
+    @property
     def wanted(self) -> int:
-        return self.desired * self.per_replica if self.enabled else 0
+        """Its own footprint, plus what a previous generation holds while it rolls out."""
+        return self.desired * self.per_replica + self.previous if self.enabled else 0
 
     @property
     def held(self) -> int:
-        return max(self.granted, self.allocated) if self.phase in HOLDS else self.allocated
+        return max(self.granted, self.allocated)
+
+    @property
+    def claim(self) -> int:
+        """What placement counts as taken: what it holds or, if managed, wants."""
+        return max(self.held, self.wanted) if self.managed else self.held
+
+
+@dataclass(slots=True)
+class Planned:
+    """A workload as placement sees it."""
+
+    project: str
+    device_class: str
+    per_replica: int
+    replicas: int
+    digest: str
+    pinned: bool
+    allowed: tuple[str, ...] | None
+    deployments: dict[str, str] = field(default_factory=dict)  # cluster -> deployment id
+    deferred: bool = False  # placement found nowhere to go and said so
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    workload_id: str
+    replicas: int
+    serving_digest: str
+    shares: dict[str, int]  # the clusters whose share changes, and to what
+    previous: dict[str, int]  # their shares before, where the workload was on them
+    message: str | None = None  # no shares: why
 
 
 def _blocks_cluster(slot: Slot) -> bool:
@@ -81,13 +127,23 @@ class Ledger:
     held_in_cluster: dict[Key, int] = field(default_factory=dict)
     held_by_project: dict[Key, int] = field(default_factory=dict)
     deployments: dict[str, Slot] = field(default_factory=dict)
-    replicas: dict[str, tuple[str, int]] = field(default_factory=dict)
+    replicas: dict[str, tuple[str, int, str]] = field(
+        default_factory=dict
+    )  # (deployment, devices, digest)
     # deployment ids waiting, per (cluster, device class) and per (project, device class)
     waiting_in: dict[Key, dict[str, None]] = field(default_factory=dict)
     waiting_for: dict[Key, dict[str, None]] = field(default_factory=dict)
     # the positions the facts behind a decision were last changed at: evidence
     quota_position: dict[Key, int] = field(default_factory=dict)
     inventory_position: dict[str, int] = field(default_factory=dict)
+    # placement: what every deployment holds or wants per (cluster, class), the candidates by
+    # room, the workloads, and those to place (again)
+    claimed: dict[Key, int] = field(default_factory=dict)
+    reachable: dict[str, bool] = field(default_factory=dict)
+    room: RoomIndex = field(default_factory=RoomIndex)
+    workloads: dict[str, Planned] = field(default_factory=dict)
+    to_place: dict[str, None] = field(default_factory=dict)
+    unplaced: dict[str, dict[str, None]] = field(default_factory=dict)  # class -> workloads
 
     # -- folding events ------------------------------------------------------------------
 
@@ -110,6 +166,16 @@ class Ledger:
         self.quota_position[key] = self.position
         return self.oldest_first(self.waiting_for.get(key, ()))
 
+    def _on_ClusterRegistered(self, cluster: str, e: E) -> list[str]:
+        self.reachable[cluster] = True
+        return []
+
+    def _on_ClusterUnreachable(self, cluster: str, e: E) -> list[str]:
+        return self._reach(cluster, False)
+
+    def _on_ClusterReachable(self, cluster: str, e: E) -> list[str]:
+        return self._reach(cluster, True)
+
     def _on_InventoryReported(self, cluster: str, e: E) -> list[str]:
         totals: dict[str, int] = {}
         for node in e["nodes"]:
@@ -118,30 +184,64 @@ class Ledger:
         self.classes[cluster] = set(totals)
         for device_class in classes:
             self.total[(cluster, device_class)] = totals.get(device_class, 0)
+            self._refresh_room(cluster, device_class)
         self.inventory_position[cluster] = self.position
+        self._place_again(totals)
         return self.oldest_first(d for k in classes for d in self.waiting_in.get((cluster, k), ()))
 
-    def _on_DeploymentCreated(self, deployment_id: str, e: E) -> list[str]:
-        slot = Slot(
-            cluster=e["cluster_id"],
+    def _on_WorkloadCreated(self, workload_id: str, e: E) -> list[str]:
+        allowed = e.get("allowed_clusters")
+        self.workloads[workload_id] = Planned(
             project=e["project"],
             device_class=e["device_class"],
             per_replica=e["serving"]["devices_per_replica"],
-            desired=e["desired_replicas"],
-            managed=e["authority"] == "managed",
+            replicas=e["replicas"],
+            digest=e["serving_digest"],
+            pinned=e["cluster_pin"] is not None,
+            allowed=None if allowed is None else tuple(allowed),
         )
-        self.deployments[deployment_id] = slot
-        if not slot.managed:  # observed: it runs already and is not admitted here
-            slot.reason = None
-            return []
-        self._wait(deployment_id, slot)
-        return [deployment_id]
+        self.to_place[workload_id] = None
+        return []
+
+    def _on_WorkloadScaled(self, workload_id: str, e: E) -> list[str]:
+        self.workloads[workload_id].replicas = e["replicas"]
+        self.to_place[workload_id] = None
+        return []
+
+    def _on_WorkloadServingConfigChanged(self, workload_id: str, e: E) -> list[str]:
+        w = self.workloads[workload_id]
+        w.per_replica, w.digest = e["serving"]["devices_per_replica"], e["serving_digest"]
+        return []
+
+    def _on_DeploymentAttached(self, workload_id: str, e: E) -> list[str]:
+        self.workloads[workload_id].deployments[e["cluster_id"]] = e["deployment_key"]
+        return []
+
+    def _on_DeploymentCreated(self, deployment_id: str, e: E) -> list[str]:
+        return self._add(
+            deployment_id,
+            Slot(
+                workload=e["workload_id"],
+                cluster=e["cluster_id"],
+                project=e["project"],
+                device_class=e["device_class"],
+                per_replica=e["serving"]["devices_per_replica"],
+                desired=e["desired_replicas"],
+                digest=e["serving_digest"],
+                managed=e["authority"] == "managed",
+            ),
+        )
 
     def _on_DeploymentScaled(self, deployment_id: str, e: E) -> list[str]:
         return self._change(deployment_id, desired=e["desired_replicas"])
 
     def _on_ServingConfigChanged(self, deployment_id: str, e: E) -> list[str]:
-        return self._change(deployment_id, per_replica=e["serving"]["devices_per_replica"])
+        return self._change(
+            deployment_id,
+            per_replica=e["serving"]["devices_per_replica"],
+            digest=e["serving_digest"],
+            rolling=True,
+        )
 
     def _on_DeploymentEnabled(self, deployment_id: str, e: E) -> list[str]:
         return self._change(deployment_id, enabled=True)
@@ -168,13 +268,16 @@ class Ledger:
         return self._set_phase(deployment_id, "failed", "cluster_failure", 0)
 
     def _on_ReplicaStarted(self, replica_id: str, e: E) -> list[str]:
-        devices = len(e["device_ids"])
-        self.replicas[replica_id] = (e["deployment_id"], devices)
-        return self._allocate(e["deployment_id"], devices)
+        held = self.replicas[replica_id] = (
+            e["deployment_id"],
+            len(e["device_ids"]),
+            e["serving_digest"],
+        )
+        return self._allocate(*held)
 
     def _on_ReplicaTerminated(self, replica_id: str, e: E) -> list[str]:
         held = self.replicas.pop(replica_id, None)
-        return [] if held is None else self._allocate(held[0], -held[1])
+        return [] if held is None else self._allocate(held[0], -held[1], held[2])
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -207,8 +310,12 @@ class Ledger:
             "inventory_position": self.inventory_position.get(slot.cluster, 0),
             "quota_position": self.quota_position.get(project_key, 0),
         }
+        if slot.previous:
+            evidence["previous_generation"] = slot.previous
         if wanted <= capacity - others_in_cluster and wanted <= quota - others_in_project:
             return self._decision(deployment_id, slot, wanted, None, evidence)
+        if slot.rolling and slot.granted:  # the new generation starts inside the old's grant
+            return self._decision(deployment_id, slot, slot.granted, WAITING_FOR_PREVIOUS, evidence)
         if slot.phase in HOLDS:  # it serves: growing waits, what it holds stays
             return None
         short_of_quota = wanted > quota - others_in_project
@@ -286,6 +393,8 @@ class Ledger:
         fields: dict[str, Any] = {"phase": phase, "reason": reason}
         if granted is not None:
             fields["granted"] = granted
+        if reason is None:
+            fields["rolling"] = False
         was_blocking = _blocks_cluster(slot)
         released = self._update(deployment_id, slot, **fields)
         if slot.managed and (phase == "pending" or (phase in HOLDS and slot.wanted > slot.granted)):
@@ -297,17 +406,34 @@ class Ledger:
             released = self.oldest_first([*released, *queue])
         return released
 
-    def _allocate(self, deployment_id: str, devices: int) -> list[str]:
+    def _allocate(self, deployment_id: str, devices: int, digest: str) -> list[str]:
         slot = self.deployments.get(deployment_id)
         if slot is None:
             return []
-        return self._update(deployment_id, slot, allocated=slot.allocated + devices)
+        by_digest = {**slot.by_digest, digest: slot.by_digest.get(digest, 0) + devices}
+        released = self._update(
+            deployment_id, slot, allocated=slot.allocated + devices, by_digest=by_digest
+        )
+        if digest != slot.digest and slot.managed:  # a previous generation moved: decide again
+            return [deployment_id, *released]
+        return released
+
+    def _add(self, deployment_id: str, slot: Slot) -> list[str]:
+        self.deployments[deployment_id] = slot
+        self._claim(slot, slot.claim)
+        if not slot.managed:  # observed: it runs already and is not admitted here
+            slot.reason = None
+            return []
+        self._wait(deployment_id, slot)
+        return [deployment_id]
 
     def _update(self, deployment_id: str, slot: Slot, **fields: Any) -> list[str]:
-        """Change a slot, keep the held sums right, and return who waits for what it freed."""
-        before = slot.held
+        """Change a slot, keep the held and claimed sums right, and return who waits for what
+        it freed."""
+        before, claim = slot.held, slot.claim
         for name, value in fields.items():
             setattr(slot, name, value)
+        self._claim(slot, slot.claim - claim)
         moved = slot.held - before
         if not moved:
             return []
@@ -320,6 +446,94 @@ class Ledger:
         return self.oldest_first(
             [*self.waiting_in.get(cluster_key, ()), *self.waiting_for.get(project_key, ())]
         )
+
+    # -- placement -----------------------------------------------------------------------
+
+    def next_placement(self) -> Placement | None:
+        """The next workload whose shares should change, oldest request first."""
+        while self.to_place:
+            workload_id = next(iter(self.to_place))
+            del self.to_place[workload_id]
+            placement = self.place(workload_id)
+            if placement is not None:
+                return placement
+        return None
+
+    def place(self, workload_id: str) -> Placement | None:
+        """New shares for the workload (domain/placement.py), or None when they stand."""
+        w = self.workloads.get(workload_id)
+        if w is None or w.pinned:
+            return None
+        current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
+        free = functools.partial(self.room.free, device_class=w.device_class)
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            new = shares(w.replicas, w.per_replica, current, free, most)
+        if new:
+            previous = {c: current[c] for c in new if c in current}
+            return Placement(workload_id, w.replicas, w.digest, new, previous)
+        if sum(current.values()) == w.replicas:
+            return None
+        self.unplaced.setdefault(w.device_class, {})[workload_id] = None
+        if w.deferred:
+            return None
+        where = "its allowed clusters" if w.allowed else "reachable clusters"
+        message = f"none of {where} reports {w.device_class} devices"
+        return Placement(workload_id, w.replicas, w.digest, {}, {}, message)
+
+    def record_placement(self, placement: Placement) -> list[str]:
+        """Apply placement's change once the hub has made it (its events are then skipped);
+        returns the deployments admission should decide for."""
+        w = self.workloads[placement.workload_id]
+        w.deferred = not placement.shares
+        decide: list[str] = []
+        for cluster, share in placement.shares.items():
+            self.unplaced.get(w.device_class, {}).pop(placement.workload_id, None)
+            deployment_id = w.deployments.get(cluster)
+            if deployment_id is not None:
+                decide += self._change(deployment_id, desired=share)
+                continue
+            deployment_id = w.deployments[cluster] = Deployment.key_for(
+                placement.workload_id, cluster
+            )
+            slot = Slot(
+                workload=placement.workload_id,
+                cluster=cluster,
+                project=w.project,
+                device_class=w.device_class,
+                per_replica=w.per_replica,
+                desired=share,
+                digest=w.digest,
+            )
+            decide += self._add(deployment_id, slot)
+        return decide
+
+    def _reach(self, cluster: str, reachable: bool) -> list[str]:
+        self.reachable[cluster] = reachable
+        for device_class in self.classes.get(cluster, ()):
+            self._refresh_room(cluster, device_class)
+        if reachable:
+            self._place_again(self.classes.get(cluster, ()))
+        return []
+
+    def _place_again(self, device_classes: Iterable[str]) -> None:
+        """Workloads that found nowhere to go try again: a candidate may have appeared."""
+        for device_class in device_classes:
+            self.to_place.update(self.unplaced.pop(device_class, {}))
+
+    def _claim(self, slot: Slot, devices: int) -> None:
+        if devices:
+            key = (slot.cluster, slot.device_class)
+            self.claimed[key] = self.claimed.get(key, 0) + devices
+            self._refresh_room(*key)
+
+    def _refresh_room(self, cluster: str, device_class: str) -> None:
+        key = (cluster, device_class)
+        total = self.total.get(key, 0)
+        candidate = total > 0 and self.reachable.get(cluster, True)
+        free = max(total - self.claimed.get(key, 0), 0) if candidate else None
+        self.room.set(cluster, device_class, free)
+
+    # -- queues --------------------------------------------------------------------------
 
     def _wait(self, deployment_id: str, slot: Slot) -> None:
         """Join both queues, keeping the place already held."""

@@ -24,6 +24,7 @@ class Cluster(Aggregate):
     region: str | None
     labels: dict[str, str]
     nodes: tuple[Node, ...]
+    reachable: bool  # heard from lately; placement only chooses reachable clusters
 
     @classmethod
     def register(
@@ -35,6 +36,10 @@ class Cluster(Aggregate):
         ordered = tuple(sorted(nodes, key=lambda n: n.node_id))
         if ordered != self.nodes:
             self._record(InventoryReported, cause, nodes=ordered)
+
+    def set_reachable(self, cause: Cause, reachable: bool) -> None:
+        if reachable != self.reachable:
+            self._record(ClusterReachable if reachable else ClusterUnreachable, cause)
 
     def devices(self) -> dict[str, int]:
         """Total devices per device class."""
@@ -56,6 +61,7 @@ class ClusterRegistered(Created):
         cluster.region = self.region
         cluster.labels = dict(self.labels)
         cluster.nodes = ()
+        cluster.reachable = True
 
 
 class InventoryReported(Event):
@@ -63,3 +69,13 @@ class InventoryReported(Event):
 
     def apply(self, cluster: Any) -> None:
         cluster.nodes = self.nodes
+
+
+class ClusterUnreachable(Event):
+    def apply(self, cluster: Any) -> None:
+        cluster.reachable = False
+
+
+class ClusterReachable(Event):
+    def apply(self, cluster: Any) -> None:
+        cluster.reachable = True

@@ -210,16 +210,26 @@ class Deployment(Aggregate):
         devices: int = 0,
     ) -> None:
         """Admit with `devices` granted, or leave pending with a reason. Admitting a deployment
-        that is placed or running changes only its grant (it scaled): its phase stays."""
+        that is placed or running changes only its grant (it scaled): its phase stays. A new
+        generation waiting for the previous one keeps the grant the previous one had: the new
+        one's replicas start inside it as the old ones release their devices."""
         require_writer(cause, Writer.PLANE, "admission")
         if admitted == (reason is not None):
             raise InvalidValue(
                 "a deployment left pending needs a reason, and an admitted one has none",
                 field="reason",
             )
-        if devices < 0 or (devices and not admitted):
+        keeps = reason is AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
+        if devices < 0 or (devices and not (admitted or keeps)):
             raise InvalidValue(
-                "only an admission grants devices, never fewer than 0", field="devices"
+                "only an admission, or a rollout waiting for its previous generation, holds "
+                "devices; never fewer than 0",
+                field="devices",
+            )
+        if keeps and devices > self.granted_devices:
+            raise InvalidValue(
+                "a rollout waiting for its previous generation keeps its grant; it cannot grow it",
+                field="devices",
             )
         phase = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         serving = {AdmissionPhase.PLACED, AdmissionPhase.RUNNING}

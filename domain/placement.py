@@ -1,12 +1,125 @@
-"""How a workload's total replicas are shared among its deployments' clusters (pure)."""
+"""Placement: which clusters a workload's replicas go to, and how many on each (pure).
+
+Policy (docs/placement.md):
+- A pinned workload has one deployment, on its pin, with all its replicas.
+- Otherwise the candidates are the reachable clusters that report the workload's device class,
+  narrowed to its allow-list when it has one. Room on a cluster is its devices of that class
+  minus what every deployment there holds or wants, in whole replicas.
+- Growing fills clusters the workload is on first, then new ones, each time the cluster with the
+  most room first (ties: cluster id). Replicas no cluster has room for go to the candidate with
+  the most room, where admission keeps them pending for capacity rather than losing them.
+- Shrinking takes from the largest shares first, so as few clusters as possible change.
+- Only clusters whose share changes are touched; a share may fall to zero (the deployment stays,
+  scaled to zero).
+"""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Generator, Iterable
 
-def divide(total: int, clusters: list[str]) -> dict[str, int]:
-    """Even shares in cluster order; the first `total % n` clusters take one more. They sum to
-    `total`, and a cluster keeps its share whenever the total and the cluster list do."""
-    if not clusters:
+
+class RoomIndex:
+    """Candidate clusters by free devices, per device class, most first. A lazy heap: an
+    update pushes a new entry and leaves the old one to be skipped, so updates and reading the
+    top k cost O(log n) each, however large the fleet."""
+
+    def __init__(self) -> None:
+        self._heaps: dict[str, list[tuple[int, str]]] = {}
+        self._free: dict[str, dict[str, int]] = {}  # device class -> cluster -> free devices
+
+    def set(self, cluster: str, device_class: str, free: int | None) -> None:
+        """The cluster's free devices of this class; None: not a candidate."""
+        free_in = self._free.setdefault(device_class, {})
+        if free is None:
+            free_in.pop(cluster, None)
+            return
+        if free_in.get(cluster) == free:
+            return
+        free_in[cluster] = free
+        heap = self._heaps.setdefault(device_class, [])
+        heapq.heappush(heap, (-free, cluster))
+        if len(heap) > 4 * len(free_in) + 64:  # mostly stale entries: rebuild from the live
+            self._heaps[device_class] = [(-f, c) for c, f in free_in.items()]
+            heapq.heapify(self._heaps[device_class])
+
+    def free(self, cluster: str, device_class: str) -> int | None:
+        return self._free.get(device_class, {}).get(cluster)
+
+    def most_free(
+        self, device_class: str, among: Iterable[str] | None = None
+    ) -> Generator[tuple[str, int], None, None]:
+        """(cluster, free), most free first, ties by cluster id, among all candidates or only
+        those named. Stop early and only what was read is paid; what was read goes back into
+        the index when the generator is closed."""
+        free_in = self._free.get(device_class, {})
+        if among is not None:
+            named = ((c, f) for c in among if (f := free_in.get(c)) is not None)
+            yield from sorted(named, key=lambda t: (-t[1], t[0]))
+            return
+        heap = self._heaps.get(device_class, [])
+        taken: list[tuple[int, str]] = []
+        try:
+            while heap:
+                entry = heapq.heappop(heap)
+                if free_in.get(entry[1]) != -entry[0] or (taken and taken[-1] == entry):
+                    continue  # stale (the cluster moved since, or left) or a duplicate
+                taken.append(entry)
+                yield entry[1], -entry[0]
+        finally:
+            for entry in taken:
+                heapq.heappush(heap, entry)
+
+
+def shares(
+    total: int,
+    per_replica: int,
+    current: dict[str, int],
+    room: Callable[[str], int | None],
+    most_free: Iterable[tuple[str, int]],
+) -> dict[str, int]:
+    """The workload's new shares: `current` (cluster -> replicas) changed as little as possible
+    so the shares sum to `total`. `room(cluster)` is the free devices on a cluster it is on
+    (None: no longer a candidate); `most_free` the candidates, most free devices first. Returns
+    only the clusters whose share changes; {} also when there is nowhere to go."""
+    change = total - sum(current.values())
+    if change < 0:
+        return _shrink(current, -change)
+    if change == 0:
         return {}
-    base, extra = divmod(total, len(clusters))
-    return {c: base + (1 if i < extra else 0) for i, c in enumerate(clusters)}
+    new: dict[str, int] = {}
+    on = sorted(
+        ((free, c) for c in current if (free := room(c)) is not None), key=lambda t: (-t[0], t[1])
+    )
+    for free, cluster in on:
+        take = min(change, free // per_replica)
+        if take:
+            new[cluster] = current[cluster] + take
+            change -= take
+    spacious: str | None = None  # the candidate with the most room: where leftovers wait
+    for cluster, free in most_free if change else ():
+        spacious = spacious or cluster
+        if not change:
+            break
+        take = 0 if cluster in current else min(change, free // per_replica)
+        if take:
+            new[cluster] = take
+            change -= take
+    if change:  # no room anywhere: the leftover waits for capacity on one cluster
+        target = spacious or max(current, key=lambda c: (current[c], c), default=None)
+        if target is None:
+            return {}  # nowhere to go: not placed
+        new[target] = new.get(target, current.get(target, 0)) + change
+    return new
+
+
+def _shrink(current: dict[str, int], cut: int) -> dict[str, int]:
+    new: dict[str, int] = {}
+    for cluster in sorted(current, key=lambda c: (-current[c], c)):
+        if not cut:
+            break
+        take = min(cut, current[cluster])
+        if take:
+            new[cluster] = current[cluster] - take
+            cut -= take
+    return new

@@ -16,8 +16,10 @@ class Workload(Aggregate):
     serving_digest: str
     replicas: int
     cluster_pin: str | None
+    allowed_clusters: tuple[str, ...] | None  # placement chooses only among these
     engine_args: tuple[str, ...]  # what the workload's deployments start with
     deployments: dict[str, str]  # cluster id -> deployment key
+    unplaced: str | None  # why placement found nowhere to go, until it does
 
     @classmethod
     def create(
@@ -30,9 +32,17 @@ class Workload(Aggregate):
         serving: ServingConfig,
         replicas: int,
         cluster_pin: str | None,
+        allowed_clusters: tuple[str, ...] | None = None,
         engine_args: tuple[str, ...] = (),
     ) -> Workload:
         _check_replicas(replicas)
+        if cluster_pin is not None and allowed_clusters is not None:
+            raise InvalidValue(
+                "a pinned workload has no allow-list: give cluster or clusters, not both",
+                field="clusters",
+            )
+        if allowed_clusters is not None and not allowed_clusters:
+            raise InvalidValue("an allow-list names at least one cluster", field="clusters")
         return cls._start(
             WorkloadCreated,
             workload_id,
@@ -43,6 +53,7 @@ class Workload(Aggregate):
             serving_digest=serving.digest(),
             replicas=replicas,
             cluster_pin=cluster_pin,
+            allowed_clusters=allowed_clusters,
             engine_args=engine_args,
         )
 
@@ -66,6 +77,11 @@ class Workload(Aggregate):
             DeploymentAttached, cause, cluster_id=cluster_id, deployment_key=deployment_key
         )
 
+    def defer_placement(self, cause: Cause, message: str) -> None:
+        """Placement found no cluster to go to; it tries again when one appears."""
+        if message != self.unplaced:
+            self._record(PlacementDeferred, cause, message=message)
+
 
 def _check_replicas(replicas: int) -> None:
     if replicas < 0:
@@ -80,6 +96,7 @@ class WorkloadCreated(Created):
     serving_digest: str
     replicas: int
     cluster_pin: str | None
+    allowed_clusters: tuple[str, ...] | None = None
     engine_args: tuple[str, ...] = ()
 
     def apply(self, workload: Any) -> None:
@@ -89,8 +106,10 @@ class WorkloadCreated(Created):
         workload.serving_digest = self.serving_digest
         workload.replicas = self.replicas
         workload.cluster_pin = self.cluster_pin
+        workload.allowed_clusters = self.allowed_clusters
         workload.engine_args = self.engine_args
         workload.deployments = {}
+        workload.unplaced = None
 
 
 class WorkloadScaled(Event):
@@ -115,3 +134,11 @@ class DeploymentAttached(Event):
 
     def apply(self, workload: Any) -> None:
         workload.deployments = {**workload.deployments, self.cluster_id: self.deployment_key}
+        workload.unplaced = None
+
+
+class PlacementDeferred(Event):
+    message: str
+
+    def apply(self, workload: Any) -> None:
+        workload.unplaced = self.message

@@ -11,7 +11,6 @@ from projections.render import Render
 
 E = Mapping[str, Any]
 RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
-HOLDS_DEVICES = {"admitted", "placed", "running"}
 JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
 
 
@@ -94,10 +93,7 @@ class _Allocations(Projection):
             "cluster_id": e["cluster_id"],
             "project": e["project"],
             "device_class": e["device_class"],
-            "per_replica": e["serving"]["devices_per_replica"],
-            "desired": e["desired_replicas"],
-            "phase": "pending",
-            "enabled": True,
+            "granted": 0,
             "allocated": 0,
         }
         return self._deployment_changed(deployment_id)
@@ -131,7 +127,8 @@ class _Allocations(Projection):
 
 class Capacity(_Allocations):
     """Key: `<cluster>.<device class>`. Devices in live allocations are allocated, never free;
-    an admitted deployment reserves what it has not been allocated yet."""
+    a deployment reserves what admission granted it and its replicas do not hold yet. During a
+    rollout the grant covers the old generation and the new one together."""
 
     name = "capacity"
 
@@ -141,45 +138,14 @@ class Capacity(_Allocations):
         self.counted: dict[str, tuple[int, int]] = {}
         self.totals: dict[str, dict[str, int]] = {}  # cluster -> device class -> last total
 
-    @handles("DeploymentScaled")
-    def _scaled(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["desired"] = e["desired_replicas"]
-        return self._deployment_changed(deployment_id)
-
-    @handles("ServingConfigChanged")
-    def _reserving(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["per_replica"] = e["serving"]["devices_per_replica"]
-        return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentEnabled")
-    def _enabled(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["enabled"] = True
-        return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentDisabled")
-    def _disabled(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["enabled"] = False
-        return self._deployment_changed(deployment_id)
-
     @handles("AdmissionDecided")
     def _admission(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["phase"] = e["phase"]
+        self.deployments[deployment_id]["granted"] = e.get("devices", 0)
         return self._deployment_changed(deployment_id)
-
-    @handles("DeploymentPlaced")
-    def _placed(self, deployment_id: str, e: E) -> Keys:
-        return self._phase(deployment_id, "placed")
-
-    @handles("DeploymentRunning")
-    def _running(self, deployment_id: str, e: E) -> Keys:
-        return self._phase(deployment_id, "running")
 
     @handles("DeploymentFailed")
     def _failed(self, deployment_id: str, e: E) -> Keys:
-        return self._phase(deployment_id, "failed")
-
-    def _phase(self, deployment_id: str, phase: str) -> Keys:
-        self.deployments[deployment_id]["phase"] = phase
+        self.deployments[deployment_id]["granted"] = 0
         return self._deployment_changed(deployment_id)
 
     def _row(self, cluster_id: str, device_class: str) -> tuple[str, View]:
@@ -223,8 +189,7 @@ class Capacity(_Allocations):
         """Move this deployment's share of its row by the difference it now makes."""
         d = self.deployments[deployment_id]
         key, row = self._row(d["cluster_id"], d["device_class"])
-        wanted = d["desired"] * d["per_replica"] if d["enabled"] else 0
-        reserved = max(wanted - d["allocated"], 0) if d["phase"] in HOLDS_DEVICES else 0
+        reserved = max(d["granted"] - d["allocated"], 0)
         before_reserved, before_allocated = self.counted.get(deployment_id, (0, 0))
         row["reserved"] += reserved - before_reserved
         row["allocated"] += d["allocated"] - before_allocated

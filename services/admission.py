@@ -1,13 +1,15 @@
-"""The admission process: one sequential reader of the event history that runs the admission
-ledger (`domain/admission.py`) and hands its decisions to the hub as commands.
+"""The scheduler: one sequential reader of the event history that runs the admission ledger
+(`domain/admission.py`), with placement in it, and hands its decisions to the hub as commands.
 
 It runs in the hub that runs the relay, one per store, and reads what the relay publishes, in
 the stream's order, as the relay hands it over: no second consumer of the stream inside the hub,
-and events admission does not fold are not even decoded. On start it folds the store up to where
-the relay has published, then decides once for every deployment; from there it decides after
-each event, recording each decision in the ledger before the next, so two deployments never
-both get the last free devices. A decision the hub refuses means the ledger and the
-deployments disagree: it starts over from the store.
+and events it does not fold are not even decoded. On start it folds the store up to where the
+relay has published, then decides once for every deployment and places every workload; from
+there it works after each event, recording each decision in the ledger before the next, so two
+deployments never both get the last free devices and two workloads never both count on the same
+room. An admission decision the hub refuses means the ledger and the deployments disagree: it
+starts over from the store. A placement the hub refuses was overtaken by a newer change to the
+workload, which places it again.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from typing import Any
 import orjson
 
 from adapters.store import Notification
-from domain.admission import Decision, Ledger
+from domain.admission import Decision, Ledger, Placement
 from domain.base import split_id
-from services.commands import DecideAdmission
+from services.commands import Command, DecideAdmission, PlaceWorkload
 from services.projector import READ_PAGE
 from services.relay import event_type
 
 log = logging.getLogger(__name__)
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
-Execute = Callable[[DecideAdmission], Awaitable[dict[str, Any]]]
+Execute = Callable[[Command], Awaitable[dict[str, Any]]]
 
 
 class Refused(Exception):
@@ -48,6 +50,7 @@ class AdmissionProcess:
         self._arrived: asyncio.Queue[list[Notification]] = asyncio.Queue()
         self.ledger = Ledger()
         self.decisions = 0
+        self.placements = 0
         # (originator id, version) of the events our decisions recorded: the ledger counted
         # them when deciding, and folding them when they come back, perhaps after later
         # decisions, would take it back in time
@@ -72,10 +75,17 @@ class AdmissionProcess:
             for note in notes:
                 self._fold(note)
             self.ledger.position = notes[-1].id
-        await self._decide(self.ledger.oldest_first(self.ledger.deployments), None)
+        await self._work(self.ledger.oldest_first(self.ledger.deployments), None)
         while True:
             for note in await self._arrived.get():
-                await self._decide(*self._fold(note))
+                await self._work(*self._fold(note))
+
+    async def _work(self, candidates: list[str], correlation_id: str | None) -> None:
+        """Admission decides first (what waits already goes before what placement adds), then
+        placement changes shares and admission decides for the deployments it touched."""
+        await self._decide(candidates, correlation_id)
+        while (placement := self.ledger.next_placement()) is not None:
+            await self._decide(await self._place(placement, correlation_id), correlation_id)
 
     def _fold(self, note: Notification) -> tuple[list[str], str | None]:
         """Fold one stored record; the deployments to decide for and the correlation id their
@@ -95,10 +105,8 @@ class AdmissionProcess:
             await self._send(decision, correlation_id)
 
     async def _send(self, decision: Decision, correlation_id: str | None) -> None:
-        # the same decision at the same position (resent after a restart) is the same command
-        digest = hashlib.sha256(orjson.dumps(dataclasses.astuple(decision))).hexdigest()[:24]
         command = DecideAdmission(
-            command_id=f"admission-{self.ledger.position}-{digest}",
+            command_id=self._command_id("admission", decision),
             correlation_id=correlation_id,
             deployment_id=decision.deployment_id,
             admitted=decision.admitted,
@@ -106,10 +114,40 @@ class AdmissionProcess:
             reason=decision.reason,
             evidence=decision.evidence,
         )
+        if not await self._run(command):
+            raise Refused(f"{decision.deployment_id}: admission was refused")
+        self.decisions += 1
+
+    async def _place(self, placement: Placement, correlation_id: str | None) -> list[str]:
+        """Ask the hub to change the workload's shares; the deployments to decide for. A
+        refusal means the workload moved on meanwhile: its newer events place it again."""
+        command = PlaceWorkload(
+            command_id=self._command_id("placement", placement),
+            correlation_id=correlation_id,
+            workload_id=placement.workload_id,
+            replicas=placement.replicas,
+            serving_digest=placement.serving_digest,
+            shares=placement.shares,
+            previous=placement.previous,
+            message=placement.message,
+        )
+        if not await self._run(command):
+            return []
+        self.placements += 1
+        return self.ledger.record_placement(placement)
+
+    def _command_id(self, kind: str, what: Decision | Placement) -> str:
+        # the same decision at the same position (resent after a restart) is the same command
+        digest = hashlib.sha256(orjson.dumps(dataclasses.astuple(what))).hexdigest()[:24]
+        return f"{kind}-{self.ledger.position}-{digest}"
+
+    async def _run(self, command: Command) -> bool:
+        """Execute; remember the events it recorded, which the ledger has already counted."""
         reply = await self._execute(command)
         if not reply.get("ok"):
-            raise Refused(f"{decision.deployment_id}: {reply.get('error')}")
+            log.warning("%s refused: %s", command.subject, reply.get("error"))
+            return False
         if not reply.get("duplicate"):  # a duplicate's events came back long ago
             events = reply["result"]["events"]
             self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
-        self.decisions += 1
+        return True

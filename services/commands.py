@@ -66,6 +66,12 @@ class CreateWorkload(Command):
     serving: ServingConfig
     replicas: int = Field(ge=0, le=10_000)
     cluster: Name | None = Field(default=None, description="Pin the workload to this cluster")
+    clusters: list[Name] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="Allow-list: placement chooses only among these clusters",
+    )
     engine_args: list[EngineArg] = Field(default_factory=list, max_length=256)
 
 
@@ -125,6 +131,28 @@ class DecideAdmission(Command):
     devices: int = Field(ge=0)
     reason: str | None
     evidence: dict[str, int]
+
+
+class PlaceWorkload(Command):
+    """Internal: placement's new shares for a workload, valid only while the workload still
+    has `replicas` and `serving_digest` and its deployments the `previous` shares. No shares:
+    nowhere to go, for the reason in `message`."""
+
+    subject = "workload.place"
+    workload_id: str
+    replicas: int
+    serving_digest: str
+    shares: dict[str, int]
+    previous: dict[str, int]
+    message: str | None = None
+
+
+class SetClusterReachability(Command):
+    """Internal: the hub heard from a cluster lately, or has not."""
+
+    subject = "cluster.set_reachability"
+    cluster_id: str
+    reachable: bool
 
 
 COMMANDS: dict[str, type[Command]] = {

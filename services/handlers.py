@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from domain.base import Aggregate, AlreadyExists, Cause, NotFound
+from domain.base import Aggregate, AlreadyExists, Cause, DomainError, NotFound
 from domain.cluster import Cluster
 from domain.deployment import AdmissionReason, Authority, Deployment
-from domain.placement import divide
 from domain.project import Project
 from domain.workload import Workload
 from services import commands as c
@@ -64,11 +63,8 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
     if repo.get(Workload, cmd.workload_id) is not None:
         raise AlreadyExists(f"workload {cmd.workload_id!r} already exists", field="workload_id")
     _require(repo, Project, cmd.project, "project")
-    if cmd.cluster is not None:
-        _require(repo, Cluster, cmd.cluster, "cluster")
-        key = Deployment.key_for(cmd.workload_id, cmd.cluster)
-        if repo.get(Deployment, key) is not None:  # `a--b` on `c` and `a` on `b--c` meet here
-            raise AlreadyExists(f"deployment {key!r} already exists", field="workload_id")
+    for cluster in [cmd.cluster] if cmd.cluster is not None else cmd.clusters or ():
+        _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
     workload = Workload.create(
         cause,
         cmd.workload_id,
@@ -77,34 +73,70 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         serving=cmd.serving,
         replicas=cmd.replicas,
         cluster_pin=cmd.cluster,
+        allowed_clusters=None if cmd.clusters is None else tuple(dict.fromkeys(cmd.clusters)),
         engine_args=tuple(cmd.engine_args),
     )
     repo.add(workload)
     if cmd.cluster is not None:  # pinned: its one deployment exists from the start
-        deployment = Deployment.create(
-            cause,
-            workload_id=cmd.workload_id,
-            cluster_id=cmd.cluster,
-            project=cmd.project,
-            device_class=cmd.device_class,
-            serving=cmd.serving,
-            desired_replicas=cmd.replicas,
-            authority=Authority.MANAGED,
-            engine_args=workload.engine_args,
-        )
-        repo.add(deployment)
-        workload.attach_deployment(cause, cmd.cluster, deployment.key)
+        _add_deployment(repo, cause, workload, cmd.cluster, cmd.replicas, field="workload_id")
     return _workload_result(workload)
 
 
+def _add_deployment(
+    repo: Repository, cause: Cause, workload: Workload, cluster_id: str, replicas: int, field: str
+) -> Deployment:
+    key = Deployment.key_for(workload.key, cluster_id)
+    if repo.get(Deployment, key) is not None:  # `a--b` on `c` and `a` on `b--c` meet here
+        raise AlreadyExists(f"deployment {key!r} already exists", field=field)
+    deployment = Deployment.create(
+        cause,
+        workload_id=workload.key,
+        cluster_id=cluster_id,
+        project=workload.project,
+        device_class=workload.device_class,
+        serving=workload.serving,
+        desired_replicas=replicas,
+        authority=Authority.MANAGED,
+        engine_args=workload.engine_args,
+    )
+    repo.add(deployment)
+    workload.attach_deployment(cause, cluster_id, deployment.key)
+    return deployment
+
+
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
+    """A pinned workload's one deployment scales with it; otherwise placement re-divides."""
     workload = _require(repo, Workload, cmd.workload_id, "workload_id")
     workload.scale(cause, cmd.replicas)
-    shares = divide(workload.replicas, sorted(workload.deployments))
-    for cluster_id, share in shares.items():
-        deployment = _require(repo, Deployment, workload.deployments[cluster_id], "workload_id")
+    key = workload.deployments.get(workload.cluster_pin or "")
+    if workload.cluster_pin is not None and key is not None:
+        _require(repo, Deployment, key, "workload_id").scale(cause, workload.replicas)
+    return _workload_result(workload)
+
+
+class StalePlacement(DomainError):
+    code = "stale_placement"
+
+
+def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict[str, Any]:
+    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    if (workload.replicas, workload.serving_digest) != (cmd.replicas, cmd.serving_digest):
+        raise StalePlacement("the workload changed since placement looked", field="replicas")
+    if not cmd.shares:
+        workload.defer_placement(cause, cmd.message or "no cluster to place it on")
+    for cluster_id, share in cmd.shares.items():
+        key = workload.deployments.get(cluster_id)
+        if key is None:
+            if cluster_id in cmd.previous:
+                raise StalePlacement(f"no deployment on {cluster_id!r} any more", field="shares")
+            _require(repo, Cluster, cluster_id, "shares")
+            _add_deployment(repo, cause, workload, cluster_id, share, field="shares")
+            continue
+        deployment = _require(repo, Deployment, key, "shares")
+        if deployment.desired_replicas != cmd.previous.get(cluster_id):
+            raise StalePlacement(f"{key!r} was scaled since placement looked", field="shares")
         deployment.scale(cause, share)
-    return _workload_result(workload) | {"shares": shares}
+    return _workload_result(workload) | {"shares": cmd.shares}
 
 
 def change_serving_config(
@@ -115,6 +147,14 @@ def change_serving_config(
         for key in workload.deployments.values():
             _require(repo, Deployment, key, "workload_id").change_serving_config(cause, cmd.serving)
     return _workload_result(workload)
+
+
+def set_cluster_reachability(
+    repo: Repository, cmd: c.SetClusterReachability, cause: Cause
+) -> dict[str, Any]:
+    cluster = _require(repo, Cluster, cmd.cluster_id, "cluster_id")
+    cluster.set_reachable(cause, cmd.reachable)
+    return {"cluster_id": cluster.key, "reachable": cluster.reachable}
 
 
 def enable_deployment(repo: Repository, cmd: c.EnableDeployment, cause: Cause) -> dict[str, Any]:
@@ -191,4 +231,6 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.SetEngineArgs: set_engine_args,
     c.PromoteAuthority: promote_authority,
     c.DecideAdmission: decide_admission,
+    c.PlaceWorkload: place_workload,
+    c.SetClusterReachability: set_cluster_reachability,
 }

@@ -63,7 +63,9 @@ def write_history(store: EventStore) -> None:
     reason = AdmissionReason.INSUFFICIENT_CAPACITY
     llama.decide_admission(cause("14:02"), admitted=False, reason=reason, evidence=evidence)
     save(llama)
-    llama.decide_admission(cause("14:04"), admitted=True, reason=None, evidence={"free": 8})
+    llama.decide_admission(
+        cause("14:04"), admitted=True, reason=None, evidence={"free": 8}, devices=4
+    )
     save(llama)
     replica = Replica.start(
         cause("14:05", Writer.CLUSTER),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.admission import Decision, Ledger
+from domain.admission import Decision, Ledger, Placement
 
 
 class Fleet:
@@ -15,10 +15,18 @@ class Fleet:
         self.ledger = Ledger()
         self.position = 0
         self.decided: list[Decision] = []
+        self.placed: list[Placement] = []
 
     def event(self, event_type: str, aggregate_id: str, **e: Any) -> list[Decision]:
         self.position += 1
         candidates = self.ledger.apply(self.position, event_type, aggregate_id, e)
+        decisions = self.decide(candidates)
+        while (placement := self.ledger.next_placement()) is not None:  # as the process does
+            self.placed.append(placement)
+            decisions += self.decide(self.ledger.record_placement(placement))
+        return decisions
+
+    def decide(self, candidates: list[str]) -> list[Decision]:
         decisions = self.ledger.decide_all(candidates)
         for d in decisions:  # their events come back on the stream later: no change then
             self.event_of(d)
@@ -30,12 +38,48 @@ class Fleet:
         e = {"phase": d.phase, "reason": d.reason, "evidence": d.evidence, "devices": d.devices}
         assert self.ledger.apply(self.position, "AdmissionDecided", d.deployment_id, e) == []
 
+    def replica(
+        self, name: str, deployment: str, devices: int, digest: str = "d1"
+    ) -> list[Decision]:
+        ids = [f"GPU-{name}-{i}" for i in range(devices)]
+        return self.event(
+            "ReplicaStarted", name, deployment_id=deployment, device_ids=ids, serving_digest=digest
+        )
+
     def quota(self, project: str, devices: int, device_class: str = "H100") -> list[Decision]:
         return self.event("QuotaSet", project, device_class=device_class, devices=devices)
 
     def inventory(self, cluster: str, devices: int) -> list[Decision]:
         nodes = [{"node_id": "n1", "device_class": "H100", "devices": devices}]
         return self.event("InventoryReported", cluster, nodes=nodes)
+
+    def workload(
+        self, name: str, replicas: int, *, per: int = 1, allowed: list[str] | None = None
+    ) -> list[Decision]:
+        return self.event(
+            "WorkloadCreated",
+            name,
+            project="p",
+            device_class="H100",
+            serving={"devices_per_replica": per},
+            serving_digest="d1",
+            replicas=replicas,
+            cluster_pin=None,
+            allowed_clusters=allowed,
+        )
+
+    def shares(self, workload: str) -> dict[str, int]:
+        planned = self.ledger.workloads[workload]
+        return {c: self.ledger.deployments[d].desired for c, d in planned.deployments.items()}
+
+    def new_generation(self, deployment: str, digest: str, per: int = 1) -> list[Decision]:
+        return self.event(
+            "ServingConfigChanged",
+            deployment,
+            serving={"devices_per_replica": per},
+            serving_digest=digest,
+            generation=2,
+        )
 
     def deployment(
         self, name: str, replicas: int, *, per: int = 1, project: str = "p", cluster: str = "east"
@@ -46,7 +90,9 @@ class Fleet:
             cluster_id=cluster,
             project=project,
             device_class="H100",
+            workload_id=name,
             serving={"devices_per_replica": per},
+            serving_digest="d1",
             desired_replicas=replicas,
             authority="managed",
         )
@@ -140,8 +186,8 @@ def test_replicas_hold_devices_even_beyond_what_was_granted() -> None:
     fleet.quota("p", 100)
     fleet.inventory("east", 4)
     fleet.deployment("a", 1)
-    for i in range(3):  # the cluster runs more than was granted (an old generation, say)
-        fleet.event("ReplicaStarted", f"r{i}", deployment_id="a", device_ids=[f"GPU-{i}"])
+    for i in range(3):  # the cluster runs more than was granted
+        fleet.replica(f"r{i}", "a", 1)
     assert verdict(fleet.deployment("b", 2)) == [("b", False, 0, "insufficient_capacity")]
     assert verdict(fleet.event("ReplicaTerminated", "r0")) == [("b", True, 2, None)]
     assert fleet.event("ReplicaTerminated", "r1") == []  # a holds its grant of 1 still
@@ -157,11 +203,13 @@ def test_observed_deployments_are_never_decided_but_their_replicas_count() -> No
         cluster_id="east",
         project="p",
         device_class="H100",
+        workload_id="seen",
         serving={"devices_per_replica": 1},
+        serving_digest="d0",
         desired_replicas=2,
         authority="observed",
     )
-    fleet.event("ReplicaStarted", "r", deployment_id="seen", device_ids=["GPU-0", "GPU-1"])
+    fleet.replica("r", "seen", 2, digest="d0")
     assert verdict(fleet.deployment("a", 1)) == [("a", False, 0, "insufficient_capacity")]
     assert all(d.deployment_id != "seen" for d in fleet.decided)
 
@@ -200,3 +248,134 @@ def test_a_serving_deployment_keeps_waiting_to_grow_through_phase_changes() -> N
         ("b", False, 0, "disabled"),
         ("a", True, 6, None),
     ]
+
+
+# -- rollouts --------------------------------------------------------------------------------
+
+
+def running(fleet: Fleet, name: str, replicas: int, per: int = 2) -> None:
+    fleet.deployment(name, replicas, per=per)
+    for i in range(replicas):
+        fleet.replica(f"{name}-old-{i}", name, per)
+    fleet.event("DeploymentPlaced", name)
+    fleet.event("DeploymentRunning", name)
+
+
+def test_a_rollout_is_granted_the_old_and_the_new_footprint_together() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    running(fleet, "a", 2)
+    [decision] = fleet.new_generation("a", "d2", per=2)
+    assert (decision.admitted, decision.devices, decision.phase) == (True, 8, "running")
+    assert decision.evidence["previous_generation"] == 4
+    # as the old replicas go, the grant shrinks back to the new footprint
+    fleet.event("ReplicaTerminated", "a-old-0")
+    assert verdict(fleet.event("ReplicaTerminated", "a-old-1")) == [("a", True, 4, None)]
+
+
+def test_on_a_cluster_sized_for_one_generation_the_new_one_waits_for_the_old() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    running(fleet, "a", 2)
+    assert verdict(fleet.new_generation("a", "d2", per=2)) == [
+        ("a", False, 4, "waiting_for_previous_generation")  # it keeps what the old one holds
+    ]
+    assert verdict(fleet.deployment("b", 1)) == [("b", False, 0, "insufficient_capacity")]
+    fleet.event("ReplicaTerminated", "a-old-0")
+    assert fleet.replica("a-new-0", "a", 2, digest="d2") == []  # the old still holds 2
+    assert verdict(fleet.event("ReplicaTerminated", "a-old-1")) == [("a", True, 4, None)]
+    assert fleet.ledger.deployments["a"].held == 4  # b still waits: nothing was freed
+
+
+def test_a_revert_in_the_middle_of_a_rollout_never_gives_up_the_serving_generation() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    running(fleet, "a", 2)
+    fleet.deployment("b", 1)  # waits for capacity: it must never get a's devices
+    grants = [fleet.ledger.deployments["a"].granted]
+    for step in (
+        lambda: fleet.new_generation("a", "d2", per=2),
+        lambda: fleet.event("ReplicaTerminated", "a-old-0"),
+        lambda: fleet.replica("a-new-0", "a", 2, digest="d2"),
+        lambda: fleet.new_generation("a", "d1", per=2),  # back to what a-old-1 runs
+        lambda: fleet.event("ReplicaTerminated", "a-new-0"),
+        lambda: fleet.replica("a-old-2", "a", 2, digest="d1"),
+    ):
+        step()
+        grants.append(fleet.ledger.deployments["a"].granted)
+    assert min(grants) == 4  # its replicas always fit in what it was granted
+    slot = fleet.ledger.deployments["a"]
+    assert (slot.phase, slot.reason, slot.previous) == ("admitted", None, 0)
+    assert fleet.ledger.deployments["b"].phase == "pending"
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def test_an_unpinned_workload_goes_where_there_is_room_and_is_admitted_there() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.inventory("west", 4)
+    assert verdict(fleet.workload("llm", 6)) == [("llm--east", True, 6, None)]
+    assert fleet.shares("llm") == {"east": 6}
+
+
+def test_scaling_re_divides_touching_only_clusters_whose_share_changes() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.inventory("west", 4)
+    fleet.inventory("north", 3)
+    fleet.workload("llm", 6)
+    fleet.event("WorkloadScaled", "llm", replicas=11)  # east fills up, west takes the rest
+    assert fleet.placed[-1].shares == {"east": 8, "west": 3}
+    fleet.event("WorkloadScaled", "llm", replicas=9)
+    assert fleet.placed[-1].shares == {"east": 6}
+    assert fleet.shares("llm") == {"east": 6, "west": 3}
+
+
+def test_placement_counts_what_pending_deployments_want() -> None:
+    fleet = Fleet()
+    fleet.inventory("east", 8)
+    fleet.inventory("west", 6)
+    fleet.workload("a", 6)  # no quota yet: pending, but east's room is spoken for
+    fleet.workload("b", 6)
+    assert (fleet.shares("a"), fleet.shares("b")) == ({"east": 6}, {"west": 6})
+
+
+def test_an_unreachable_cluster_is_not_chosen() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.inventory("west", 4)
+    fleet.event("ClusterUnreachable", "east")
+    fleet.workload("llm", 2)
+    assert fleet.shares("llm") == {"west": 2}
+
+
+def test_with_no_candidate_placement_says_why_and_tries_again_when_one_appears() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.workload("llm", 2)
+    [deferred] = fleet.placed
+    assert (deferred.shares, deferred.message) == (
+        {},
+        "none of reachable clusters reports H100 devices",
+    )
+    fleet.inventory("east", 0)  # no devices: still no candidate, and nothing said twice
+    assert len(fleet.placed) == 1
+    assert verdict(fleet.inventory("east", 4)) == [("llm--east", True, 2, None)]
+
+
+def test_an_allow_list_limits_the_candidates() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.inventory("west", 2)
+    fleet.workload("llm", 3, allowed=["west"])
+    assert fleet.shares("llm") == {"west": 3}  # short of capacity there, but only there
+    assert fleet.ledger.deployments["llm--west"].reason == "insufficient_capacity"

@@ -1,20 +1,27 @@
-"""Safety of admission under random fleets: the real aggregates record every event, the ledger
-folds them and decides, and each decision goes back through the Deployment aggregate. No grant
-ever exceeds the cluster's devices or the project's quota left by everything else, counted
-here from the aggregates themselves; the ledger's sums and phases always equal that recount."""
+"""Safety of placement and admission under random fleets: the real aggregates record every
+event, the ledger folds them and decides, and each decision goes back through the aggregates
+(placements through the hub's own handler). No grant ever exceeds the cluster's devices or the
+project's quota left by everything else, counted here from the aggregates themselves, through
+scaling, rollouts and reverts; the ledger's sums and phases always equal that recount, and a
+placed workload's shares always add up to its replicas."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from domain.admission import HOLDS, Decision, Ledger
+from domain.admission import Decision, Ledger
 from domain.base import Aggregate, DomainError, Event, split_id
 from domain.cluster import Cluster, Node
 from domain.deployment import AdmissionReason, Authority, Deployment
 from domain.project import Project
 from domain.replica import Replica
+from domain.workload import Workload
+from services.commands import PlaceWorkload
+from services.handlers import place_workload
 
 from .conftest import cluster, plane, serving
 
@@ -33,6 +40,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.position = 0
         self.deployments: list[Deployment] = []
         self.replicas: list[Replica] = []
+        self.workloads: dict[str, Workload] = {}
         self.clusters = {name: Cluster.register(plane(), name, None, {}) for name in CLUSTERS}
         self.projects = {name: Project.register(plane(), name) for name in PROJECTS}
         for name, total in zip(CLUSTERS, totals, strict=True):
@@ -42,10 +50,47 @@ class AdmissionMachine(RuleBasedStateMachine):
     # -- the process manager, as it will run ------------------------------------------------
 
     def feed(self, *aggregates: Aggregate) -> None:
-        """Fold the aggregates' new events; decide for whoever they concern."""
+        """Fold the aggregates' new events; decide for whoever they concern; place."""
         for event in [e for a in aggregates for e in a.collect_events()]:
             for decision in self.fold(event):
                 self.check_and_record(decision)
+            while (placement := self.ledger.next_placement()) is not None:
+                self.place(placement)
+
+    # a repository over this machine's aggregates, for the hub's placement handler
+    def get(self, cls: type[Any], key: str) -> Any:
+        found = {
+            Workload: self.workloads,
+            Cluster: self.clusters,
+            Deployment: {d.key: d for d in self.deployments},
+        }[cls]
+        return found.get(key)
+
+    def add(self, aggregate: Aggregate) -> None:
+        assert isinstance(aggregate, Deployment)
+        self.deployments.append(aggregate)
+
+    def place(self, p: Any) -> None:
+        command = PlaceWorkload(
+            command_id="c",
+            workload_id=p.workload_id,
+            replicas=p.replicas,
+            serving_digest=p.serving_digest,
+            shares=p.shares,
+            previous=p.previous,
+            message=p.message,
+        )
+        place_workload(self, command, plane())
+        touched = [self.workloads[p.workload_id], *self.deployments]
+        self.skip(touched)  # the ledger records the placement, not its events
+        for decision in self.ledger.decide_all(self.ledger.record_placement(p)):
+            self.check_and_record(decision)
+
+    def skip(self, aggregates: list[Any]) -> None:
+        for aggregate in aggregates:
+            for _ in aggregate.collect_events():
+                self.position += 1
+                self.ledger.position = self.position
 
     def fold(self, event: Event) -> list[Decision]:
         self.position += 1
@@ -68,9 +113,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             evidence=decision.evidence,
             devices=decision.devices,
         )
-        for _ in deployment.collect_events():
-            self.position += 1
-            self.ledger.position = self.position
+        self.skip([deployment])
 
     def assert_room(self, grown: Deployment, devices: int) -> None:
         """Counted from the aggregates: what every other deployment holds."""
@@ -82,13 +125,12 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert devices + in_cluster <= total, (devices, in_cluster, total)
         assert devices + by_project <= quota, (devices, by_project, quota)
 
+    def allocated(self, d: Deployment) -> int:
+        live = (r for r in self.replicas if r.deployment_id == d.key and not r.terminated)
+        return sum(len(r.device_ids) for r in live)
+
     def held(self, d: Deployment) -> int:
-        allocated = sum(
-            len(r.device_ids)
-            for r in self.replicas
-            if r.deployment_id == d.key and not r.terminated
-        )
-        return max(d.granted_devices, allocated) if d.admission_phase in HOLDS else allocated
+        return max(d.granted_devices, self.allocated(d))
 
     # -- what people and clusters do --------------------------------------------------------
 
@@ -112,10 +154,44 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.deployments.append(d)
         self.feed(d)
 
+    @rule(project=st.sampled_from(PROJECTS), replicas=st.integers(0, 6), per=st.integers(1, 2))
+    def create_workload(self, project: str, replicas: int, per: int) -> None:
+        """Unpinned: placement chooses its clusters."""
+        w = Workload.create(
+            plane(),
+            f"u{len(self.workloads)}",
+            project=project,
+            device_class="H100",
+            serving=serving(devices_per_replica=per, parallelism={"tensor": per}),
+            replicas=replicas,
+            cluster_pin=None,
+        )
+        self.workloads[w.key] = w
+        self.feed(w)
+
+    @precondition(lambda self: self.workloads)
+    @rule(i=st.integers(0, 50), replicas=st.integers(0, 8))
+    def scale_workload(self, i: int, replicas: int) -> None:
+        w = list(self.workloads.values())[i % len(self.workloads)]
+        w.scale(plane(), replicas)
+        self.feed(w)
+
+    @precondition(lambda self: self.deployments)
+    @rule(i=st.integers(0, 50), version=st.sampled_from(["0.9.2", "1.0.0"]))
+    def roll_out(self, i: int, version: str) -> None:
+        """A new serving configuration, or back to the previous one (a revert)."""
+        d = self.deployments[i % len(self.deployments)]
+        per = d.serving.devices_per_replica
+        new = serving(devices_per_replica=per, parallelism={"tensor": per}, engine_version=version)
+        d.change_serving_config(plane(), new)
+        self.feed(d)
+
     @precondition(lambda self: self.deployments)
     @rule(i=st.integers(0, 50), replicas=st.integers(0, 5))
     def scale(self, i: int, replicas: int) -> None:
         d = self.deployments[i % len(self.deployments)]
+        if d.workload_id in self.workloads:
+            return  # placement scales these, with their workload
         d.scale(plane(), replicas)
         self.feed(d)
 
@@ -154,10 +230,11 @@ class AdmissionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.deployments)
     @rule(i=st.integers(0, 50))
     def start_replica(self, i: int) -> None:
-        """A cluster starts replicas only within what was granted."""
+        """A cluster starts replicas of the current configuration only within what was
+        granted (earlier configurations' replicas are those started before a rollout)."""
         d = self.deployments[i % len(self.deployments)]
         per = d.serving.devices_per_replica
-        if d.admission_phase not in HOLDS or self.held(d) + per > d.granted_devices:
+        if self.allocated(d) + per > d.granted_devices:
             return
         n = len(self.replicas)
         devices = tuple(f"GPU-{n}-{k}" for k in range(per))
@@ -196,6 +273,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         for name in PROJECTS:
             held = sum(self.held(d) for d in self.deployments if d.project == name)
             assert self.ledger.held_by_project.get((name, "H100"), 0) == held
+
+    @invariant()
+    def placed_shares_add_up(self) -> None:
+        if not hasattr(self, "ledger"):
+            return
+        for w in self.workloads.values():
+            shares = [d.desired_replicas for d in self.deployments if d.workload_id == w.key]
+            assert sum(shares) == w.replicas or (not shares and w.unplaced), w.key
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:

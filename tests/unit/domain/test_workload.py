@@ -3,7 +3,6 @@ from __future__ import annotations
 import pytest
 
 from domain.base import InvalidValue
-from domain.placement import divide
 from domain.workload import Workload
 
 from .conftest import plane, recorded, serving
@@ -47,16 +46,3 @@ def test_a_cluster_holds_one_deployment_of_a_workload() -> None:
     workload.attach_deployment(plane(), "east", "llama--east")
     with pytest.raises(InvalidValue):
         workload.attach_deployment(plane(), "east", "llama--east")
-
-
-@pytest.mark.parametrize(
-    ("total", "clusters", "shares"),
-    [
-        (7, ["a", "b", "c"], {"a": 3, "b": 2, "c": 2}),
-        (2, ["a", "b", "c"], {"a": 1, "b": 1, "c": 0}),
-        (0, ["a"], {"a": 0}),
-        (5, [], {}),
-    ],
-)
-def test_shares_sum_to_the_total(total: int, clusters: list[str], shares: dict[str, int]) -> None:
-    assert divide(total, clusters) == shares

@@ -98,7 +98,8 @@ class Fleet:
     def admit(self, i: int, admitted: bool) -> None:
         d = self._deployment(i)
         reason = None if admitted else AdmissionReason.INSUFFICIENT_CAPACITY
-        d.decide_admission(PLANE, admitted=admitted, reason=reason, evidence={})
+        devices = d.desired_replicas * d.serving.devices_per_replica if admitted else 0
+        d.decide_admission(PLANE, admitted=admitted, reason=reason, evidence={}, devices=devices)
         self._keep(d)
 
     def place(self, i: int) -> None:

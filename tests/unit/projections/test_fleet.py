@@ -44,11 +44,13 @@ def test_an_admitted_deployment_reserves_then_allocates() -> None:
     fleet.run(("place", 0))
     fleet.run(("start", 0))
     assert (row()["allocated"], row()["reserved"], row()["free"]) == (4, 4, 8)
-    fleet.run(("scale", 0, 3))
+    fleet.run(("scale", 0, 3))  # wanting more reserves nothing until admission grants it
+    assert (row()["allocated"], row()["reserved"], row()["free"]) == (4, 4, 8)
+    fleet.run(("admit", 0, True))
     assert (row()["allocated"], row()["reserved"], row()["free"]) == (4, 8, 4)
     fleet.run(("terminate", 0))
     assert (row()["allocated"], row()["reserved"], row()["free"]) == (0, 12, 4)
-    fleet.run(("toggle", 0, False))
+    fleet.run(("fail", 0))  # a failure releases the grant
     assert (row()["allocated"], row()["reserved"], row()["free"]) == (0, 0, 16)
 
 
