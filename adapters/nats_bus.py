@@ -41,6 +41,8 @@ VIEWS_STREAM = "WINGSMITH_PROJ"
 VIEWS_PREFIX = "wingsmith.proj"
 RENDER_STREAM = "WINGSMITH_RENDER"
 RENDER_PREFIX = "wingsmith.render"
+OBS_STREAM = "WINGSMITH_OBS"
+OBS_PREFIX = "wingsmith.obs"
 POSITION_HEADER = "Wingsmith-Position"
 
 STREAMS = [
@@ -60,8 +62,8 @@ STREAMS = [
         description="Desired state per deployment: the latest value per subject",
     ),
     StreamConfig(
-        name="WINGSMITH_OBS",
-        subjects=["wingsmith.obs.>"],
+        name=OBS_STREAM,
+        subjects=[f"{OBS_PREFIX}.>"],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_age=7 * 24 * 3600.0,
@@ -447,3 +449,65 @@ async def projector_progress(nc: Client) -> dict[str, Any] | None:
     except NotFoundError:  # no projector has run yet
         return None
     return orjson.loads(entry.value) if entry.value else None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One observation handed to the hub, to settle once it has been handled."""
+
+    subject: str
+    data: bytes
+    msg_id: str  # the operator's Nats-Msg-Id, else `<stream>:<sequence>`
+    _msg: Msg
+
+    async def ack(self) -> None:
+        await self._msg.ack()
+
+    async def retry(self, delay: float = 1.0) -> None:
+        await self._msg.nak(delay=delay)
+
+    async def reject(self) -> None:
+        """Never deliver again: it can never be handled."""
+        await self._msg.term()
+
+
+async def observation_batches(
+    nc: Client, durable: str = "wingsmith-hub", batch: int = 512
+) -> AsyncIterator[list[Delivery]]:
+    """Observations from every cluster, through a durable consumer: a hub that was down
+    resumes after the last one it acknowledged, within the stream's seven days."""
+    js = nc.jetstream()
+    config = ConsumerConfig(ack_wait=30.0, max_ack_pending=20_000, max_deliver=-1)
+    sub = await js.pull_subscribe(f"{OBS_PREFIX}.>", durable, stream=OBS_STREAM, config=config)
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(batch, timeout=1.0)
+            except TimeoutError:  # nothing new (nats-py raises its own or asyncio's)
+                continue
+            yield [
+                Delivery(
+                    m.subject,
+                    bytes(m.data),
+                    (m.headers or {}).get("Nats-Msg-Id")
+                    or f"{OBS_STREAM}:{m.metadata.sequence.stream}",
+                    m,
+                )
+                for m in msgs
+            ]
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+
+
+async def publish_observation(
+    nc: Client, cluster_id: str, kind: str, payload: dict[str, Any], msg_id: str
+) -> None:
+    """What an operator reports, on `wingsmith.obs.<cluster>.<kind>`; `msg_id` makes a resend
+    harmless."""
+    await nc.jetstream().publish(
+        f"{OBS_PREFIX}.{cluster_id}.{kind}",
+        orjson.dumps(payload),
+        stream=OBS_STREAM,
+        headers={"Nats-Msg-Id": msg_id},
+    )

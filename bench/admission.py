@@ -1,16 +1,19 @@
-"""Admission cost per event as the fleet grows: the decision must not scan the fleet.
+"""Placement and admission cost per event as the fleet grows: neither may scan the fleet.
 
-**Method.** The admission ledger (`domain/admission.py`) is built for a small fleet (100
-clusters, 1,000 deployments, 10 projects) and for a large one (10,000 clusters, 100,000
-deployments, 1,000 projects). Clusters report 16 H100s on 2 nodes, and each project's quota
-covers about nine tenths of what its deployments want, so some deployments always wait. Then
-the same mix of churn events is applied to each ledger, exactly as the admission process
-applies them: fold the event, then decide for whoever it concerns, recording each decision.
-The mix is scaling (up and down), replicas started and terminated, inventory re-reports and
-quota changes. Each fleet first takes three churn events per deployment, so both are measured
-in their steady state (deployments scaled, replicas running, some waiting) rather than fresh.
-The baseline is the smallest fleet, so the ratio says how much more an event costs when the
-fleet is a hundred times larger. Placement is not part of this yet.
+**Method.** The scheduler's ledger (`domain/admission.py`, with placement from
+`domain/placement.py`) is built for a small fleet (100 clusters, 1,000 workloads, 10 projects)
+and for a large one (10,000 clusters, 100,000 workloads, 1,000 projects). Clusters report 16
+H100s on 2 nodes; workloads are unpinned, so placement chooses their clusters by room, and each
+project's quota covers about nine tenths of what its workloads want, so some deployments always
+wait. Then the same mix of churn events is applied to each ledger, exactly as the scheduler
+applies them: fold the event, decide for whoever it concerns, then place every workload it
+asks for and decide for the deployments that placement touched, recording each decision.
+The mix: workloads scaled (placement re-divides them), created, and rolled out to a new serving
+configuration; replicas started and terminated; inventory re-reports; quota changes; clusters
+becoming unreachable and reachable again. Each fleet first takes three churn events per
+workload, so both are measured in their steady state (workloads spread, replicas running,
+rollouts under way, some deployments waiting) rather than fresh. The baseline is the smallest
+fleet, so the ratio says how much more an event costs when the fleet is a hundred times larger.
 
     python bench/admission.py [--events 100000]
 
@@ -29,50 +32,54 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from domain.admission import Decision, Ledger
+from domain.admission import Ledger, Slot
 
 DEVICES_PER_CLUSTER = 16
-FLEETS = ((100, 1_000, 10), (10_000, 100_000, 1_000))  # clusters, deployments, projects
+FLEETS = ((100, 1_000, 10), (10_000, 100_000, 1_000))  # clusters, workloads, projects
 
 
 class Fleet:
-    """A ledger fed the way the admission process feeds it."""
+    """A ledger fed the way the scheduler feeds it."""
 
-    def __init__(self, clusters: int, deployments: int, projects: int, seed: int = 7) -> None:
+    def __init__(self, clusters: int, workloads: int, projects: int, seed: int = 7) -> None:
         self.rng = random.Random(seed)
         self.ledger = Ledger()
         self.position = 0
         self.clusters, self.projects = clusters, projects
         self.replicas: list[tuple[str, str]] = []  # (replica id, deployment id)
-        self.decisions = 0
+        self.decisions = self.placements = 0
+        self.unreachable: set[int] = set()
         for c in range(clusters):
             self.inventory(c)
-        per_project = deployments // projects
+        per_project = workloads * 3 // 2 // projects
         for p in range(projects):
             self.event("QuotaSet", f"p{p}", device_class="H100", devices=per_project * 9 // 10)
-        self.deployments = [f"d{i}" for i in range(deployments)]
-        for i, deployment in enumerate(self.deployments):
-            self.event(
-                "DeploymentCreated",
-                deployment,
-                cluster_id=f"c{i % clusters}",
-                project=f"p{i % projects}",
-                device_class="H100",
-                serving={"devices_per_replica": 1},
-                desired_replicas=1,
-                authority="managed",
-            )
+        self.workloads: list[str] = []
+        for _ in range(workloads):
+            self.create_workload()
+
+    @property
+    def deployments(self) -> dict[str, Slot]:
+        return self.ledger.deployments
 
     def event(self, event_type: str, aggregate_id: str, **e: Any) -> None:
         self.position += 1
         candidates = self.ledger.apply(self.position, event_type, aggregate_id, e)
-        for decision in self.ledger.decide_all(candidates):
-            self.decided(decision)
+        self.decide(candidates)
+        while (placement := self.ledger.next_placement()) is not None:
+            self.placements += 1
+            self.own_events(len(placement.shares))
+            self.decide(self.ledger.record_placement(placement))
 
-    def decided(self, decision: Decision) -> None:
-        """The decision's own event comes back later and is skipped: only the position moves."""
-        self.decisions += 1
-        self.position += 1
+    def decide(self, candidates: list[str]) -> None:
+        for _ in self.ledger.decide_all(candidates):
+            self.decisions += 1
+            self.own_events(1)
+
+    def own_events(self, count: int) -> None:
+        """The hub's events for what the ledger recorded come back later and are skipped:
+        only the position moves."""
+        self.position += count
         self.ledger.position = self.position
 
     def inventory(self, c: int) -> None:
@@ -82,30 +89,68 @@ class Fleet:
         ]
         self.event("InventoryReported", f"c{c}", nodes=nodes)
 
+    def create_workload(self) -> None:
+        workload = f"w{len(self.workloads)}"
+        self.workloads.append(workload)
+        self.event(
+            "WorkloadCreated",
+            workload,
+            project=f"p{len(self.workloads) % self.projects}",
+            device_class="H100",
+            serving={"devices_per_replica": 1},
+            serving_digest="d1",
+            replicas=self.rng.randint(1, 2),
+            cluster_pin=None,
+        )
+
+    def roll_out(self, workload: str) -> None:
+        """A new serving configuration on the workload and each of its deployments."""
+        planned = self.ledger.workloads[workload]
+        digest = "d2" if planned.digest == "d1" else "d1"
+        serving = {"devices_per_replica": 1}
+        self.event("WorkloadServingConfigChanged", workload, serving=serving, serving_digest=digest)
+        for deployment in list(planned.deployments.values()):
+            self.event("ServingConfigChanged", deployment, serving=serving, serving_digest=digest)
+
     def churn(self) -> None:
         """One event of the mix."""
         roll = self.rng.random()
-        deployment = self.rng.choice(self.deployments)
-        if roll < 0.35:
-            self.event("DeploymentScaled", deployment, desired_replicas=self.rng.randint(0, 3))
-        elif roll < 0.65:  # a cluster starts replicas only within what was granted
-            slot = self.ledger.deployments[deployment]
+        workload = self.rng.choice(self.workloads)
+        planned = self.ledger.workloads[workload]
+        if roll < 0.25:
+            self.event("WorkloadScaled", workload, replicas=self.rng.randint(0, 4))
+        elif roll < 0.5 and planned.deployments:  # only within what was granted
+            deployment = self.rng.choice(list(planned.deployments.values()))
+            slot = self.deployments[deployment]
             if slot.allocated < slot.granted:
                 replica = f"r{self.position}"
                 self.replicas.append((replica, deployment))
                 self.event(
-                    "ReplicaStarted", replica, deployment_id=deployment, device_ids=["GPU-0"]
+                    "ReplicaStarted",
+                    replica,
+                    deployment_id=deployment,
+                    device_ids=["GPU-0"],
+                    serving_digest=slot.digest,
                 )
-        elif roll < 0.9 and self.replicas:
+        elif roll < 0.72 and self.replicas:
             i = self.rng.randrange(len(self.replicas))
             self.replicas[i], self.replicas[-1] = self.replicas[-1], self.replicas[i]
             replica, _ = self.replicas.pop()
             self.event("ReplicaTerminated", replica)
-        elif roll < 0.95:
+        elif roll < 0.8:
+            self.roll_out(workload)
+        elif roll < 0.85:
+            self.create_workload()
+        elif roll < 0.9:
             self.inventory(self.rng.randrange(self.clusters))
+        elif roll < 0.95:
+            c = self.rng.randrange(self.clusters)
+            reachable = c in self.unreachable
+            self.unreachable ^= {c}
+            self.event("ClusterReachable" if reachable else "ClusterUnreachable", f"c{c}")
         else:
             p = self.rng.randrange(self.projects)
-            self.event("QuotaSet", f"p{p}", device_class="H100", devices=self.rng.randint(50, 120))
+            self.event("QuotaSet", f"p{p}", device_class="H100", devices=self.rng.randint(100, 180))
 
 
 def per_event(fleet: Fleet, events: int) -> float:
@@ -122,20 +167,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     costs = []
-    for clusters, deployments, projects in FLEETS:
+    for clusters, workloads, projects in FLEETS:
         started = time.perf_counter()
-        fleet = Fleet(clusters, deployments, projects)
-        for _ in range(3 * deployments):  # to a steady state: every deployment churned
+        fleet = Fleet(clusters, workloads, projects)
+        for _ in range(3 * workloads):  # to a steady state: every workload churned
             fleet.churn()
         built = time.perf_counter() - started
         waiting = sum(len(q) for q in fleet.ledger.waiting_in.values())
         best = min(per_event(fleet, args.events) for _ in range(args.rounds))
         costs.append(best)
         print(
-            f"{clusters:>6,} clusters {deployments:>7,} deployments {projects:>5,} projects: "
-            f"built and warmed in {built:.1f} s, {waiting:,} waiting; "
-            f"{best * 1e6:6.2f} µs per event (best of {args.rounds} x {args.events:,}), "
-            f"{fleet.decisions:,} decisions in all"
+            f"{clusters:>6,} clusters {workloads:>7,} workloads {len(fleet.deployments):>7,} "
+            f"deployments {projects:>5,} projects: built and warmed in {built:.1f} s, "
+            f"{waiting:,} waiting; {best * 1e6:6.2f} µs per event (best of {args.rounds} x "
+            f"{args.events:,}); {fleet.placements:,} placements, {fleet.decisions:,} decisions"
         )
     print(f"admission_cost_ratio={costs[-1] / costs[0]:.3f}")
 

@@ -103,9 +103,7 @@ class Placement:
     message: str | None = None  # no shares: why
 
 
-def _blocks_cluster(slot: Slot) -> bool:
-    """Waiting for cluster capacity: later deployments in its cluster wait behind it."""
-    return slot.phase == "pending" and slot.reason == "insufficient_capacity"
+CAPACITY, QUOTA = "insufficient_capacity", "insufficient_quota"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +162,7 @@ class Ledger:
         key = (project, e["device_class"])
         self.quota[key] = e["devices"]
         self.quota_position[key] = self.position
-        return self.oldest_first(self.waiting_for.get(key, ()))
+        return self._heads(self.waiting_for, key, QUOTA)
 
     def _on_ClusterRegistered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
@@ -187,7 +185,9 @@ class Ledger:
             self._refresh_room(cluster, device_class)
         self.inventory_position[cluster] = self.position
         self._place_again(totals)
-        return self.oldest_first(d for k in classes for d in self.waiting_in.get((cluster, k), ()))
+        return self.oldest_first(
+            d for k in classes for d in self._heads(self.waiting_in, (cluster, k), CAPACITY)
+        )
 
     def _on_WorkloadCreated(self, workload_id: str, e: E) -> list[str]:
         allowed = e.get("allowed_clusters")
@@ -318,8 +318,7 @@ class Ledger:
             return self._decision(deployment_id, slot, slot.granted, WAITING_FOR_PREVIOUS, evidence)
         if slot.phase in HOLDS:  # it serves: growing waits, what it holds stays
             return None
-        short_of_quota = wanted > quota - others_in_project
-        reason = "insufficient_quota" if short_of_quota else "insufficient_capacity"
+        reason = QUOTA if wanted > quota - others_in_project else CAPACITY
         return self._decision(deployment_id, slot, 0, reason, evidence)
 
     def record(self, decision: Decision) -> list[str]:
@@ -331,34 +330,49 @@ class Ledger:
 
     def decide_all(self, deployment_ids: list[str]) -> list[Decision]:
         """Decide in order, recording each decision before the next. A deployment that would
-        take devices while an older one waits for capacity in its cluster waits behind it."""
+        take devices while an older one waits for capacity in its cluster, or for quota in its
+        project, waits behind it."""
         decisions: list[Decision] = []
-        queue = list(dict.fromkeys(deployment_ids))
+        queue = dict.fromkeys(deployment_ids)
         while queue:
-            deployment_id = queue.pop(0)
+            deployment_id = next(iter(queue))
+            del queue[deployment_id]
             slot = self.deployments.get(deployment_id)
             if slot is None:
                 continue
             decision = self.decide(deployment_id)
             takes = decision is not None and decision.devices > slot.held
-            if decision is not None and not (takes and self._behind_a_blocker(deployment_id)):
+            if decision is not None and not (takes and self._behind_a_blocker(slot, deployment_id)):
                 decisions.append(decision)
                 released = self.record(decision)
                 if decision.reason == "awaiting_admission":  # out of failure: decide again
                     released = [deployment_id, *released]
-                queue += [d for d in released if d not in queue]
+                queue.update(dict.fromkeys(released))
             elif slot.phase in HOLDS and slot.wanted > slot.granted:
                 self._wait(deployment_id, slot)  # to grow when there is room
         return decisions
 
-    def _behind_a_blocker(self, deployment_id: str) -> bool:
-        slot = self.deployments[deployment_id]
-        for other in self.waiting_in.get((slot.cluster, slot.device_class), ()):
-            if other == deployment_id:
-                return False
-            if _blocks_cluster(self.deployments[other]):
-                return True
+    def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> bool:
+        for queues, key, reason in (
+            (self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
+            (self.waiting_for, (slot.project, slot.device_class), QUOTA),
+        ):
+            for other in queues.get(key, ()):
+                if other == deployment_id:
+                    break
+                if self.deployments[other].reason == reason:
+                    return True
         return False
+
+    def _heads(self, queues: dict[Key, dict[str, None]], key: Key, reason: str) -> list[str]:
+        """Who may move when what a queue waits for grows: the deployments up to and including
+        the first one that waits for it (`reason`), in order. The rest wait behind that one."""
+        heads = []
+        for deployment_id in queues.get(key, ()):
+            heads.append(deployment_id)
+            if self.deployments[deployment_id].reason == reason:
+                break
+        return heads
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -395,15 +409,20 @@ class Ledger:
             fields["granted"] = granted
         if reason is None:
             fields["rolling"] = False
-        was_blocking = _blocks_cluster(slot)
+        was = slot.reason
         released = self._update(deployment_id, slot, **fields)
-        if slot.managed and (phase == "pending" or (phase in HOLDS and slot.wanted > slot.granted)):
+        waits = phase == "pending" and reason != "disabled"
+        if slot.managed and (waits or (phase in HOLDS and slot.wanted > slot.granted)):
             self._wait(deployment_id, slot)  # pending, or serving and waiting to grow
         else:
             self._stop_waiting(deployment_id, slot)
-        if was_blocking and not _blocks_cluster(slot):  # those behind it may move up
-            queue = self.waiting_in.get((slot.cluster, slot.device_class), {})
-            released = self.oldest_first([*released, *queue])
+        if was != slot.reason and was in (CAPACITY, QUOTA):  # those behind it may move up
+            queues, key = (
+                (self.waiting_in, (slot.cluster, slot.device_class))
+                if was == CAPACITY
+                else (self.waiting_for, (slot.project, slot.device_class))
+            )
+            released = self.oldest_first([*released, *self._heads(queues, key, was)])
         return released
 
     def _allocate(self, deployment_id: str, devices: int, digest: str) -> list[str]:
@@ -444,7 +463,10 @@ class Ledger:
         if moved > 0:
             return []
         return self.oldest_first(
-            [*self.waiting_in.get(cluster_key, ()), *self.waiting_for.get(project_key, ())]
+            [
+                *self._heads(self.waiting_in, cluster_key, CAPACITY),
+                *self._heads(self.waiting_for, project_key, QUOTA),
+            ]
         )
 
     # -- placement -----------------------------------------------------------------------

@@ -99,8 +99,8 @@ def shares(
     spacious: str | None = None  # the candidate with the most room: where leftovers wait
     for cluster, free in most_free if change else ():
         spacious = spacious or cluster
-        if not change:
-            break
+        if not change or free < per_replica:
+            break  # placed; or no candidate from here on has room for a replica
         take = 0 if cluster in current else min(change, free // per_replica)
         if take:
             new[cluster] = take

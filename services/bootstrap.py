@@ -18,6 +18,7 @@ from projections.fleet import PROJECTIONS
 from services.admission import AdmissionProcess
 from services.config import Settings
 from services.hub import CommandService
+from services.ingest import ingest
 from services.projector import Projector
 from services.relay import Relay
 
@@ -77,6 +78,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
+        if relay is not None:  # observations are handled in one place, in publication order
+            observations = ingest(lambda: nats_bus.observation_batches(nc), commands.execute)
+            tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         if relay is not None and settings.admission:
             admission = admission_process(store, relay, commands)
             relay.on_published = admission.published
@@ -169,8 +173,9 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
-    if "admission" in tasks:  # it sends commands: stop it before they close
-        await _cancel(tasks["admission"])
+    for sender in ("ingest", "admission"):  # they send commands: stop them before they close
+        if sender in tasks:
+            await _cancel(tasks[sender])
     commands.close()
     async with asyncio.timeout(30):
         await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged

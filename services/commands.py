@@ -10,7 +10,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from domain.base import Writer
 from domain.cluster import Node
+from domain.deployment import DeploymentStatus
 from domain.values import DeviceClass, EngineArg, Name, ServingConfig
 
 CommandId = Annotated[
@@ -21,6 +23,7 @@ CommandId = Annotated[
 class Command(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     subject: ClassVar[str]
+    writer: ClassVar[Writer] = Writer.PLANE  # who may say what this command says
 
     command_id: CommandId = Field(description="Client-chosen; resending it has the effect of once")
     correlation_id: CommandId | None = Field(
@@ -153,6 +156,39 @@ class SetClusterReachability(Command):
     subject = "cluster.set_reachability"
     cluster_id: str
     reachable: bool
+
+
+DeploymentRef = Annotated[str, StringConstraints(min_length=1, max_length=160)]
+
+
+class ObserveReplica(Command):
+    """Internal: what a cluster saw of one replica (a pod). Each observation carries the whole
+    replica, so one that arrives before the others it follows still makes sense."""
+
+    subject = "replica.observe"
+    writer = Writer.CLUSTER
+    cluster_id: Name
+    deployment_id: DeploymentRef
+    pod: str = Field(min_length=1, max_length=253)
+    node_id: str = Field(min_length=1, max_length=253)
+    device_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = Field(
+        max_length=1024
+    )
+    serving_digest: str = Field(min_length=1, max_length=64)
+    engine_version: str = Field(min_length=1, max_length=64)
+    state: Literal["started", "ready", "not_ready", "terminated"]
+
+
+class ObserveDeployment(Command):
+    """Internal: what a cluster says of a deployment: its status, the digests its replicas
+    run."""
+
+    subject = "deployment.observe"
+    writer = Writer.CLUSTER
+    cluster_id: Name
+    deployment_id: DeploymentRef
+    status: DeploymentStatus | None = None
+    live_digests: dict[Annotated[str, StringConstraints(max_length=64)], int] | None = None
 
 
 COMMANDS: dict[str, type[Command]] = {

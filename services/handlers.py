@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from domain.base import Aggregate, AlreadyExists, Cause, DomainError, NotFound
+from domain.base import Aggregate, AlreadyExists, Cause, DomainError, InvalidValue, NotFound
 from domain.cluster import Cluster
-from domain.deployment import AdmissionReason, Authority, Deployment
+from domain.deployment import AdmissionPhase, AdmissionReason, Authority, ClusterPhase, Deployment
 from domain.project import Project
+from domain.replica import Replica
 from domain.workload import Workload
 from services import commands as c
 
@@ -196,6 +197,76 @@ def decide_admission(repo: Repository, cmd: c.DecideAdmission, cause: Cause) -> 
     }
 
 
+def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> dict[str, Any]:
+    """A replica as its cluster saw it; the deployment's phase follows: placed once a replica
+    holds devices, running once one is ready. Seen again, or late, it changes nothing."""
+    deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
+    key = Replica.key_for(deployment.key, cmd.pod)
+    replica = repo.get(Replica, key)
+    if replica is None:
+        replica = Replica.start(
+            cause,
+            deployment_id=deployment.key,
+            name=cmd.pod,
+            node_id=cmd.node_id,
+            device_ids=tuple(cmd.device_ids),
+            serving_digest=cmd.serving_digest,
+            engine_version=cmd.engine_version,
+        )
+        repo.add(replica)
+    if not replica.terminated:  # a terminated replica stays terminated: later news is older
+        if cmd.state == "ready":
+            replica.mark_ready(cause)
+        elif cmd.state == "not_ready":
+            replica.mark_not_ready(cause)
+        elif cmd.state == "terminated":
+            replica.terminate(cause)
+    if not replica.terminated and replica.device_ids:
+        _advance(deployment, cause, AdmissionPhase.PLACED)
+    if replica.ready and not replica.terminated:
+        _advance(deployment, cause, AdmissionPhase.RUNNING)
+    return {"replica_id": key, "admission_phase": deployment.admission_phase.value}
+
+
+def observe_deployment(repo: Repository, cmd: c.ObserveDeployment, cause: Cause) -> dict[str, Any]:
+    """The cluster's status of a deployment: recorded as it is, and a failure or a deployment
+    with no ready replica left moves the admission phase."""
+    deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
+    if cmd.status is not None:
+        deployment.observe_status(cause, cmd.status)
+        if cmd.status.phase is ClusterPhase.FAILED:
+            reason = cmd.status.reason or "Failed"
+            deployment.mark_failed(cause, reason, cmd.status.message or reason)
+        elif (
+            cmd.status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING
+        ):
+            deployment.mark_placed(cause)  # allocated, but nothing serves now
+        elif cmd.status.ready_replicas:
+            _advance(deployment, cause, AdmissionPhase.RUNNING)
+    if cmd.live_digests is not None:
+        deployment.observe_live_digests(cause, dict(cmd.live_digests))
+    return {"deployment_id": deployment.key, "admission_phase": deployment.admission_phase.value}
+
+
+def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployment:
+    deployment = _require(repo, Deployment, deployment_id, "deployment_id")
+    if deployment.cluster_id != cluster_id:
+        raise InvalidValue(
+            f"deployment {deployment_id!r} runs on {deployment.cluster_id!r}, not {cluster_id!r}",
+            field="cluster_id",
+        )
+    return deployment
+
+
+def _advance(deployment: Deployment, cause: Cause, phase: AdmissionPhase) -> None:
+    """admitted -> placed -> running, as far as `phase`; a deployment that is not admitted
+    (pending, failed) does not move on what its replicas do."""
+    if deployment.admission_phase is AdmissionPhase.ADMITTED:
+        deployment.mark_placed(cause)
+    if phase is AdmissionPhase.RUNNING and deployment.admission_phase is AdmissionPhase.PLACED:
+        deployment.mark_running(cause)
+
+
 def _workload_result(workload: Workload) -> dict[str, Any]:
     return {
         "workload_id": workload.key,
@@ -233,4 +304,6 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.DecideAdmission: decide_admission,
     c.PlaceWorkload: place_workload,
     c.SetClusterReachability: set_cluster_reachability,
+    c.ObserveReplica: observe_replica,
+    c.ObserveDeployment: observe_deployment,
 }

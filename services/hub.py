@@ -22,7 +22,7 @@ import orjson
 from pydantic import ValidationError
 
 from adapters.store import Conflict, EventStore, Notification, StoreThread
-from domain.base import Aggregate, Cause, DomainError, Event, Writer, replay, split_id
+from domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from domain.receipt import CommandReceipt
 from services.commands import COMMANDS, Command
 from services.handlers import HANDLERS
@@ -101,7 +101,7 @@ class Submission:
             command_id=cmd.command_id,
             correlation_id=cmd.correlation_id or cmd.command_id,
             at=datetime.now(UTC),
-            writer=Writer.PLANE,
+            writer=cmd.writer,
         )
 
 

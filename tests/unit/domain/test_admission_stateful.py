@@ -284,17 +284,23 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
-        """Liveness: a pending deployment that would fit waits only behind an older one that
-        waits for the same cluster's capacity."""
+        """Liveness: a pending deployment that would fit is queued, and waits only behind an
+        older one that waits for its cluster's capacity or for its project's quota."""
         if not hasattr(self, "ledger"):
             return
         for d in self.deployments:
             would = self.ledger.decide(d.key)
             if d.admission_phase.value != "pending" or would is None or not would.admitted:
                 continue
-            queue = list(self.ledger.waiting_in[(d.cluster_id, "H100")])
-            ahead = [self.ledger.deployments[k] for k in queue[: queue.index(d.key)]]
-            assert any(s.reason == "insufficient_capacity" for s in ahead), d.key
+            blocked = False
+            for queues, key, reason in (
+                (self.ledger.waiting_in, (d.cluster_id, "H100"), "insufficient_capacity"),
+                (self.ledger.waiting_for, (d.project, "H100"), "insufficient_quota"),
+            ):
+                queue = list(queues[key])
+                ahead = [self.ledger.deployments[k] for k in queue[: queue.index(d.key)]]
+                blocked |= any(s.reason == reason for s in ahead)
+            assert blocked, (d.key, d.admission_reason)
 
 
 AdmissionMachine.TestCase.settings = settings(
