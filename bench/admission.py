@@ -8,14 +8,22 @@ project's quota covers about nine tenths of what its workloads want, so some dep
 wait. Then the same mix of churn events is applied to each ledger, exactly as the scheduler
 applies them: fold the event, decide for whoever it concerns, then place every workload it
 asks for and decide for the deployments that placement touched, recording each decision.
-The mix: workloads scaled (placement re-divides them), created, and rolled out to a new serving
-configuration; replicas started and terminated; inventory re-reports; quota changes; clusters
-becoming unreachable and reachable again. Each fleet first takes three churn events per
-workload, so both are measured in their steady state (workloads spread, replicas running,
-rollouts under way, some deployments waiting) rather than fresh. The baseline is the smallest
-fleet, so the ratio says how much more an event costs when the fleet is a hundred times larger.
 
-    python bench/admission.py [--events 100000]
+The mix: workloads scaled (placement re-divides them) and rolled out to a new serving
+configuration; replicas started and terminated; inventory re-reports; quota changes; clusters
+becoming unreachable and reachable again. Workloads are created in the build only: creating
+more during the churn would grow the small fleet many times over, not keep it steady.
+
+Each fleet first takes three churn events per workload, so both are measured in their steady
+state (workloads spread, replicas running, rollouts under way, some deployments waiting) rather
+than fresh. A round then times one churn event per workload: both sizes are measured having
+lived through the same churn per workload (a fleet churned for longer spreads its workloads over
+more clusters, which changes the mix). So that the small fleet is timed over as many events as
+the large one, a hundred small fleets (different seeds) are measured one after the other, each
+alone in memory, and their best rounds added up. The baseline is the smallest fleet, so the
+ratio says how much more an event costs when the fleet is a hundred times larger.
+
+    python bench/admission.py [--rounds 3]
 
 The last line is `admission_cost_ratio=<per-event cost at the largest fleet / at the smallest>`.
 """
@@ -137,10 +145,8 @@ class Fleet:
             self.replicas[i], self.replicas[-1] = self.replicas[-1], self.replicas[i]
             replica, _ = self.replicas.pop()
             self.event("ReplicaTerminated", replica)
-        elif roll < 0.8:
-            self.roll_out(workload)
         elif roll < 0.85:
-            self.create_workload()
+            self.roll_out(workload)
         elif roll < 0.9:
             self.inventory(self.rng.randrange(self.clusters))
         elif roll < 0.95:
@@ -153,34 +159,40 @@ class Fleet:
             self.event("QuotaSet", f"p{p}", device_class="H100", devices=self.rng.randint(100, 180))
 
 
-def per_event(fleet: Fleet, events: int) -> float:
+def timed(fleet: Fleet, events: int) -> float:
     gc.collect()
     started = time.perf_counter()
     for _ in range(events):
         fleet.churn()
-    return (time.perf_counter() - started) / events
+    return time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     costs = []
     for clusters, workloads, projects in FLEETS:
-        started = time.perf_counter()
-        fleet = Fleet(clusters, workloads, projects)
-        for _ in range(3 * workloads):  # to a steady state: every workload churned
-            fleet.churn()
-        built = time.perf_counter() - started
-        waiting = sum(len(q) for q in fleet.ledger.waiting_in.values())
-        best = min(per_event(fleet, args.events) for _ in range(args.rounds))
+        copies = FLEETS[-1][1] // workloads  # as many small fleets as make one large one
+        built = spent = 0.0
+        for seed in range(copies):  # one at a time: each small fleet alone in memory
+            started = time.perf_counter()
+            fleet = Fleet(clusters, workloads, projects, seed=seed)
+            for _ in range(3 * workloads):  # to a steady state: every workload churned
+                fleet.churn()
+            built += time.perf_counter() - started
+            # a round: one churn event per workload, so both sizes are measured having lived
+            # through the same churn per workload
+            spent += min(timed(fleet, workloads) for _ in range(args.rounds))
+        best = spent / (workloads * copies)
         costs.append(best)
+        waiting = sum(len(q) for q in fleet.ledger.waiting_in.values())
         print(
-            f"{clusters:>6,} clusters {workloads:>7,} workloads {len(fleet.deployments):>7,} "
-            f"deployments {projects:>5,} projects: built and warmed in {built:.1f} s, "
-            f"{waiting:,} waiting; {best * 1e6:6.2f} µs per event (best of {args.rounds} x "
-            f"{args.events:,}); {fleet.placements:,} placements, {fleet.decisions:,} decisions"
+            f"{clusters:>6,} clusters {workloads:>7,} workloads x {copies:>3}: built and warmed "
+            f"in {built:.1f} s; in the last fleet {len(fleet.deployments):,} deployments, "
+            f"{waiting:,} waiting, {fleet.placements:,} placements, {fleet.decisions:,} "
+            f"decisions; {best * 1e6:6.2f} µs per event (best of {args.rounds} rounds, "
+            f"{workloads * copies:,} events)"
         )
     print(f"admission_cost_ratio={costs[-1] / costs[0]:.3f}")
 

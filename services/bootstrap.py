@@ -15,12 +15,12 @@ from adapters.checkpoints import CheckpointStore
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
-from services.admission import AdmissionProcess
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import ingest
 from services.projector import Projector
 from services.relay import Relay
+from services.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             observations = ingest(lambda: nats_bus.observation_batches(nc), commands.execute)
             tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         if relay is not None and settings.admission:
-            admission = admission_process(store, relay, commands)
-            relay.on_published = admission.published
-            tasks["admission"] = asyncio.create_task(admission.run(), name="wingsmith-admission")
+            scheduler = scheduler_process(store, relay, commands)
+            relay.on_published = scheduler.published
+            tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
             yield Hub(url, nc, store, commands, relay, list(tasks.values()))
@@ -92,10 +92,8 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             await _shut_down(subscription, commands, relay, tasks)
 
 
-def admission_process(
-    store: StoreThread, relay: Relay, commands: CommandService
-) -> AdmissionProcess:
-    """Admission beside the relay, reading what it publishes."""
+def scheduler_process(store: StoreThread, relay: Relay, commands: CommandService) -> Scheduler:
+    """The scheduler beside the relay, reading what it publishes."""
 
     async def read(after: int, limit: int, stop: int) -> list[Notification]:
         return await store.run(store.store.read, after, limit, stop)
@@ -104,7 +102,7 @@ def admission_process(
         await relay.synced.wait()
         return relay.position
 
-    return AdmissionProcess(read, commands.execute, published_upto)
+    return Scheduler(read, commands.execute, published_upto)
 
 
 @contextlib.asynccontextmanager
@@ -173,7 +171,7 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
-    for sender in ("ingest", "admission"):  # they send commands: stop them before they close
+    for sender in ("ingest", "scheduler"):  # they send commands: stop them before they close
         if sender in tasks:
             await _cancel(tasks[sender])
     commands.close()

@@ -135,3 +135,63 @@ async def test_after_a_restart_admission_catches_up_from_the_store_and_decides_o
             await asyncio.sleep(1)
             assert hub.relay is not None and hub.relay.synced.is_set()
     assert [d["devices"] for d in await decisions(client, deployment)] == [2]
+
+
+async def test_concurrent_placement_never_exceeds_any_cluster_or_the_quota(
+    hub: Hub, client: Client
+) -> None:
+    totals = {"east": 6, "west": 5}
+    quota = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 9}
+    assert (await send_until_answered(client, "project.set_quota", quota))["ok"]
+    for name, devices in totals.items():
+        register = {"command_id": f"c-{name}", "cluster_id": name}
+        assert (await send_until_answered(client, "cluster.register", register))["ok"]
+        nodes = [{"node_id": f"{name}-n1", "device_class": "H100", "devices": devices}]
+        report = {"command_id": f"inv-{name}", "cluster_id": name, "nodes": nodes}
+        assert (await send_until_answered(client, "cluster.report_inventory", report))["ok"]
+
+    def workload(i: int) -> dict[str, Any]:  # unpinned: placement chooses
+        return {
+            "command_id": f"w{i}",
+            "workload_id": f"w{i}",
+            "project": "research",
+            "device_class": "H100",
+            "serving": LLAMA,
+            "replicas": 1 + i % 3,
+        }
+
+    creates = [send_until_answered(client, "workload.create", workload(i)) for i in range(16)]
+    scales = [
+        send_until_answered(
+            client, "workload.scale", {"command_id": f"s{i}", "workload_id": f"w{i}", "replicas": 4}
+        )
+        for i in range(0, 16, 5)
+    ]
+    assert all(r["ok"] for r in await asyncio.gather(*creates))
+    assert all(r["ok"] for r in await asyncio.gather(*scales))
+
+    async def placed() -> bool:
+        history = await events(client)
+        shares: dict[str, int] = {}
+        for e in history:
+            if e["type"] in ("DeploymentCreated", "DeploymentScaled"):
+                shares[e["aggregate_id"]] = e["event"]["desired_replicas"]
+        wanted = {f"w{i}": 4 if i % 5 == 0 else 1 + i % 3 for i in range(16)}
+        per_workload = {
+            w: sum(n for d, n in shares.items() if d.startswith(f"{w}--")) for w in wanted
+        }
+        return per_workload == wanted
+
+    await wait_for(placed, 30, "every workload's shares to add up to its replicas")
+    await asyncio.sleep(1)  # the admissions that follow the last placement
+    where: dict[str, str] = {}
+    granted: dict[str, int] = {}
+    for e in await events(client):  # at every point of the history
+        if e["type"] == "DeploymentCreated":
+            where[e["aggregate_id"]] = e["event"]["cluster_id"]
+        elif e["type"] == "AdmissionDecided":
+            granted[e["aggregate_id"]] = e["event"]["devices"]
+            for name, total in totals.items():
+                assert sum(g for d, g in granted.items() if where[d] == name) <= total, e
+            assert sum(granted.values()) <= 9, e
+    assert sum(granted.values()) == 9  # the quota, all of it: no room left unused

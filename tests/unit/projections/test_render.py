@@ -88,3 +88,25 @@ def test_observed_deployments_are_never_rendered_until_promoted() -> None:
     given.d.promote_authority(PLANE)
     given.flush()
     assert given.published[-1] is not None and given.published[-1]["replicas"] == 3
+
+
+def test_a_rollout_waiting_for_its_previous_generation_renders_the_new_one_inside_the_grant() -> (
+    None
+):
+    given = Given()
+    given.admit(6)
+    bigger = serving(3)  # 3 devices a replica now: the old grant of 6 holds 2 of them
+    given.d.change_serving_config(PLANE, bigger)
+    given.d.decide_admission(
+        PLANE,
+        admitted=False,
+        reason=AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION,
+        evidence={},
+        devices=6,
+    )
+    given.flush()
+    rendered = [(v or {}).get("replicas") for v in given.published]
+    assert rendered == [3, 2]  # never zero: the generation that serves is not taken down
+    assert given.render.views[KEY]["serving_digest"] == bigger.digest()
+    given.admit(9)  # the old replicas are gone: the new generation in full
+    assert given.render.views[KEY]["replicas"] == 3

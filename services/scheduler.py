@@ -40,7 +40,7 @@ class Refused(Exception):
     """The hub refused a decision."""
 
 
-class AdmissionProcess:
+class Scheduler:
     def __init__(
         self, read: Read, execute: Execute, published_upto: Callable[[], Awaitable[int]]
     ) -> None:
