@@ -211,6 +211,7 @@ class Ledger:
     def _on_WorkloadServingConfigChanged(self, workload_id: str, e: E) -> list[str]:
         w = self.workloads[workload_id]
         w.per_replica, w.digest = e["serving"]["devices_per_replica"], e["serving_digest"]
+        self.to_place[workload_id] = None  # its room is counted in replicas of the new size
         return []
 
     def _on_DeploymentAttached(self, workload_id: str, e: E) -> list[str]:
@@ -341,15 +342,18 @@ class Ledger:
             if slot is None:
                 continue
             decision = self.decide(deployment_id)
-            takes = decision is not None and decision.devices > slot.held
-            if decision is not None and not (takes and self._behind_a_blocker(slot, deployment_id)):
-                decisions.append(decision)
-                released = self.record(decision)
-                if decision.reason == "awaiting_admission":  # out of failure: decide again
-                    released = [deployment_id, *released]
-                queue.update(dict.fromkeys(released))
-            elif slot.phase in HOLDS and slot.wanted > slot.granted:
-                self._wait(deployment_id, slot)  # to grow when there is room
+            if decision is None:
+                if slot.phase in HOLDS and slot.wanted > slot.granted:
+                    self._wait(deployment_id, slot)  # to grow when there is room
+                continue
+            if decision.devices > slot.held and self._behind_a_blocker(slot, deployment_id):
+                self._wait(deployment_id, slot)  # its turn comes after the older one's
+                continue
+            decisions.append(decision)
+            released = self.record(decision)
+            if decision.reason == "awaiting_admission":  # out of failure: decide again
+                released = [deployment_id, *released]
+            queue.update(dict.fromkeys(released))
         return decisions
 
     def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> bool:
@@ -357,10 +361,15 @@ class Ledger:
             (self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
             (self.waiting_for, (slot.project, slot.device_class), QUOTA),
         ):
-            for other in queues.get(key, ()):
+            if deployment_id not in queues.get(key, {}):  # newer than all who wait there
+                heads = self._heads(queues, key, reason)
+                if heads and self._blocks(self.deployments[heads[-1]], reason):
+                    return True
+                continue
+            for other in queues[key]:
                 if other == deployment_id:
                     break
-                if self.deployments[other].reason == reason:
+                if self._blocks(self.deployments[other], reason):
                     return True
         return False
 
@@ -370,9 +379,18 @@ class Ledger:
         heads = []
         for deployment_id in queues.get(key, ()):
             heads.append(deployment_id)
-            if self.deployments[deployment_id].reason == reason:
+            if self._blocks(self.deployments[deployment_id], reason):
                 break
         return heads
+
+    def _blocks(self, slot: Slot, reason: str) -> bool:
+        """Waits for `reason`, and could be admitted once others release: one that wants more
+        than its cluster has, or than its project's whole quota, holds back nobody."""
+        if slot.reason != reason:
+            return False
+        if reason == CAPACITY:
+            return slot.wanted <= self.total.get((slot.cluster, slot.device_class), 0)
+        return slot.wanted <= self.quota.get((slot.project, slot.device_class), 0)
 
     # -- bookkeeping ---------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ granted it devices, with as many replicas as the grant covers; every later chang
 should run there (scale, serving configuration, engine arguments, enabling) publishes the whole
 object again. Observed deployments never appear: the plane does not write to what it only
 observes, until a promotion makes one managed. Disabling renders zero replicas: the operator
-scales to zero and keeps the DynamoGraphDeployment.
+scales to zero and keeps the DynamoGraphDeployment. So does a failure the cluster reports: it
+releases the grant, and the deployment runs again once admission has started over.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class Render(Projection):
     def _admission(self, deployment_id: str, e: E) -> Keys:
         admitted = e["reason"] is None
         return self._set(deployment_id, granted_devices=e.get("devices", 0), admitted=admitted)
+
+    @handles("DeploymentFailed")
+    def _failed(self, deployment_id: str, e: E) -> Keys:
+        """A failure releases the grant: nothing runs until admission starts over."""
+        return self._set(deployment_id, granted_devices=0, admitted=False)
 
     @handles("DeploymentScaled")
     def _scaled(self, deployment_id: str, e: E) -> Keys:

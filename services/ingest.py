@@ -88,11 +88,14 @@ async def _ingest(batches: AsyncIterator[list[Delivery]], execute: Execute) -> N
                 log.warning("observation refused: %s", e)
                 await delivery.reject()
         replies = await asyncio.gather(*(execute(command) for _, command in runnable))
+        retrying = False
         for (delivery, command), reply in zip(runnable, replies, strict=True):
             error = reply.get("error") or {}
-            if reply.get("ok") or error.get("code") not in RETRY:
-                if not reply.get("ok"):
-                    log.warning("observation %s refused: %s", command.command_id, error)
-                await delivery.ack()
-            else:
+            # once one must be retried, so must every later one: they are applied in order
+            retrying = retrying or (not reply.get("ok") and error.get("code") in RETRY)
+            if retrying:
                 await delivery.retry()
+                continue
+            if not reply.get("ok"):
+                log.warning("observation %s refused: %s", command.command_id, error)
+            await delivery.ack()

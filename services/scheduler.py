@@ -8,8 +8,8 @@ relay has published, then decides once for every deployment and places every wor
 there it works after each event, recording each decision in the ledger before the next, so two
 deployments never both get the last free devices and two workloads never both count on the same
 room. An admission decision the hub refuses means the ledger and the deployments disagree: it
-starts over from the store. A placement the hub refuses was overtaken by a newer change to the
-workload, which places it again.
+starts over from the store. A placement the hub refuses (overtaken by a newer change to the
+workload, or the store unavailable) is tried again after the next events, or after a pause.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from services.projector import READ_PAGE
 from services.relay import event_type
 
 log = logging.getLogger(__name__)
+RETRY_AFTER = 1.0  # seconds before a refused placement is tried again, if nothing happens
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 Execute = Callable[[Command], Awaitable[dict[str, Any]]]
@@ -49,6 +50,7 @@ class Scheduler:
         self._read, self._execute, self._published_upto = read, execute, published_upto
         self._arrived: asyncio.Queue[list[Notification]] = asyncio.Queue()
         self.ledger = Ledger()
+        self._retry: set[str] = set()  # workloads whose placement the hub refused
         self.decisions = 0
         self.placements = 0
         # (originator id, version) of the events our decisions recorded: the ledger counted
@@ -65,11 +67,11 @@ class Scheduler:
             try:
                 await self._follow()
             except Exception as e:
-                log.warning("admission: %s: %s; starting over from the store", type(e).__name__, e)
+                log.warning("scheduler: %s: %s; starting over from the store", type(e).__name__, e)
                 await asyncio.sleep(0.5)
 
     async def _follow(self) -> None:
-        self.ledger, self._own = Ledger(), set()
+        self.ledger, self._own, self._retry = Ledger(), set(), set()
         upto = await self._published_upto()
         while notes := await self._read(self.ledger.position, READ_PAGE, upto):
             for note in notes:
@@ -77,7 +79,16 @@ class Scheduler:
             self.ledger.position = notes[-1].id
         await self._work(self.ledger.oldest_first(self.ledger.deployments), None)
         while True:
-            for note in await self._arrived.get():
+            try:  # refused placements are tried again after the next events, or a pause
+                async with asyncio.timeout(RETRY_AFTER if self._retry else None):
+                    notes = await self._arrived.get()
+            except TimeoutError:
+                notes = []
+            self.ledger.to_place.update(dict.fromkeys(self._retry))
+            self._retry.clear()
+            if not notes:
+                await self._work([], None)
+            for note in notes:
                 await self._work(*self._fold(note))
 
     async def _work(self, candidates: list[str], correlation_id: str | None) -> None:
@@ -132,6 +143,7 @@ class Scheduler:
             message=placement.message,
         )
         if not await self._run(command):
+            self._retry.add(placement.workload_id)
             return []
         self.placements += 1
         return self.ledger.record_placement(placement)

@@ -379,3 +379,27 @@ def test_an_allow_list_limits_the_candidates() -> None:
     fleet.workload("llm", 3, allowed=["west"])
     assert fleet.shares("llm") == {"west": 3}  # short of capacity there, but only there
     assert fleet.ledger.deployments["llm--west"].reason == "insufficient_capacity"
+
+
+def test_a_deployment_enabled_again_behind_an_older_one_keeps_waiting_its_turn() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 10)
+    fleet.inventory("east", 3)
+    fleet.deployment("a", 2)
+    fleet.deployment("b", 2)  # waits for capacity, and could get it
+    fleet.deployment("c", 1)  # would fit, but b came first
+    fleet.event("DeploymentDisabled", "c")
+    assert fleet.event("DeploymentEnabled", "c") == []  # still behind b, and still queued
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=0)) == [
+        ("a", True, 0, None),
+        ("b", True, 2, None),
+        ("c", True, 1, None),
+    ]
+
+
+def test_a_deployment_that_could_never_fit_holds_back_nobody() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    assert verdict(fleet.deployment("huge", 6)) == [("huge", False, 0, "insufficient_capacity")]
+    assert verdict(fleet.deployment("small", 2)) == [("small", True, 2, None)]

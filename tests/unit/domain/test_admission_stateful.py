@@ -282,10 +282,20 @@ class AdmissionMachine(RuleBasedStateMachine):
             shares = [d.desired_replicas for d in self.deployments if d.workload_id == w.key]
             assert sum(shares) == w.replicas or (not shares and w.unplaced), w.key
 
+    def could_fit(self, slot: Any, reason: str) -> bool:
+        """Waits for `reason` and could be admitted once others release, counted from the
+        aggregates."""
+        if slot.reason != reason:
+            return False
+        if reason == "insufficient_capacity":
+            return slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
+        return slot.wanted <= self.projects[slot.project].quota.get("H100", 0)
+
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
         """Liveness: a pending deployment that would fit is queued, and waits only behind an
-        older one that waits for its cluster's capacity or for its project's quota."""
+        older one that waits for its cluster's capacity or for its project's quota and could
+        ever get it."""
         if not hasattr(self, "ledger"):
             return
         for d in self.deployments:
@@ -299,7 +309,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             ):
                 queue = list(queues[key])
                 ahead = [self.ledger.deployments[k] for k in queue[: queue.index(d.key)]]
-                blocked |= any(s.reason == reason for s in ahead)
+                blocked |= any(self.could_fit(s, reason) for s in ahead)
             assert blocked, (d.key, d.admission_reason)
 
 

@@ -110,3 +110,16 @@ def test_a_rollout_waiting_for_its_previous_generation_renders_the_new_one_insid
     assert given.render.views[KEY]["serving_digest"] == bigger.digest()
     given.admit(9)  # the old replicas are gone: the new generation in full
     assert given.render.views[KEY]["replicas"] == 3
+
+
+def test_a_failure_the_cluster_reports_renders_zero_replicas_until_admitted_again() -> None:
+    given = Given()
+    given.admit(6)
+    given.d.mark_failed(CLUSTER, "ImagePullBackOff", "no such image")
+    given.flush()
+    assert given.render.views[KEY]["replicas"] == 0  # its grant is gone: nothing may run
+    given.d.decide_admission(
+        PLANE, admitted=False, reason=AdmissionReason.AWAITING_ADMISSION, evidence={}
+    )
+    given.admit(6)
+    assert given.render.views[KEY]["replicas"] == 3
