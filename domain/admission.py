@@ -1,21 +1,22 @@
-"""Admission: which deployments may take devices, decided one event at a time (pure).
+"""Admission, with placement: which deployments may take devices, and which clusters a
+workload's replicas go to, decided one event at a time (pure). docs/scheduling.md has the rules.
 
-The ledger is a fold of the events that matter to admission — quotas, inventories, deployments
-and the devices their replicas hold — and it decides for one deployment at a time. Because the
-one process that runs it applies its own decisions before it decides again, two deployments can
-never both be given the last free devices.
+The ledger is a fold of the events that matter — quotas, inventories, reachability, workloads,
+deployments and the devices their replicas hold — and it decides for one deployment, or places
+one workload, at a time. Because the one process that runs it applies its own decisions before
+it decides again, two deployments can never both be given the last free devices.
 
-What a deployment holds: once admitted, the devices its admission granted (`desired_replicas` times
-devices per replica), or what its replicas really hold when that is more; a deployment that is
-not admitted (pending, failed, observed) holds what its replicas hold. Admission grants a
-deployment its wanted devices only when, with everything the others hold, neither the cluster's
-devices of that class nor the project's quota for it would be exceeded.
+What a deployment holds: what its admission granted, or what its replicas really hold when that
+is more. What it wants: its replicas' footprint, plus what replicas of a previous serving
+configuration still hold while it rolls out. Admission grants a deployment what it wants only
+when, with everything the others hold, neither the cluster's devices of that class nor the
+project's quota for it would be exceeded.
 
-Order: deployments wait per cluster and device class, oldest first. One waiting for cluster
-capacity keeps its place ahead of later ones (a large deployment is not starved by small ones);
-one waiting for its project's quota does not hold back other projects. A deployment is looked at
-again when something it waits for changes: the cluster's inventory, its project's quota, or
-devices released in its cluster or project.
+Order: deployments wait per cluster and per project, oldest first. One waiting for its cluster's
+capacity, or its project's quota, keeps its place ahead of later ones (a large deployment is not
+starved by small ones), unless it could never fit. A deployment is looked at again when
+something it waits for changes: the cluster's inventory, its project's quota, or devices
+released in its cluster or project; and then only the head of each queue is.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ E = Mapping[str, Any]
 class Slot:
     """A deployment as admission sees it."""
 
-    workload: str
     cluster: str
     project: str
     device_class: str
@@ -125,9 +125,8 @@ class Ledger:
     held_in_cluster: dict[Key, int] = field(default_factory=dict)
     held_by_project: dict[Key, int] = field(default_factory=dict)
     deployments: dict[str, Slot] = field(default_factory=dict)
-    replicas: dict[str, tuple[str, int, str]] = field(
-        default_factory=dict
-    )  # (deployment, devices, digest)
+    # live replica -> (deployment, devices, serving digest)
+    replicas: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     # deployment ids waiting, per (cluster, device class) and per (project, device class)
     waiting_in: dict[Key, dict[str, None]] = field(default_factory=dict)
     waiting_for: dict[Key, dict[str, None]] = field(default_factory=dict)
@@ -160,9 +159,13 @@ class Ledger:
 
     def _on_QuotaSet(self, project: str, e: E) -> list[str]:
         key = (project, e["device_class"])
+        shrank = e["devices"] < self.quota.get(key, 0)
         self.quota[key] = e["devices"]
         self.quota_position[key] = self.position
-        return self._heads(self.waiting_for, key, QUOTA)
+        woken = self._heads(self.waiting_for, key, QUOTA)
+        if shrank:  # some waiting for capacity may now never fit: no longer ahead of anyone
+            woken += self._behind_the_unfit(self.waiting_for, key, CAPACITY)
+        return self.oldest_first(woken)
 
     def _on_ClusterRegistered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
@@ -180,14 +183,18 @@ class Ledger:
             totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
         classes = self.classes.get(cluster, set()) | totals.keys()
         self.classes[cluster] = set(totals)
+        woken: list[str] = []
         for device_class in classes:
-            self.total[(cluster, device_class)] = totals.get(device_class, 0)
+            key = (cluster, device_class)
+            shrank = totals.get(device_class, 0) < self.total.get(key, 0)
+            self.total[key] = totals.get(device_class, 0)
             self._refresh_room(cluster, device_class)
+            woken += self._heads(self.waiting_in, key, CAPACITY)
+            if shrank:  # some waiting for quota may now never fit: no longer ahead of anyone
+                woken += self._behind_the_unfit(self.waiting_in, key, QUOTA)
         self.inventory_position[cluster] = self.position
         self._place_again(totals)
-        return self.oldest_first(
-            d for k in classes for d in self._heads(self.waiting_in, (cluster, k), CAPACITY)
-        )
+        return self.oldest_first(woken)
 
     def _on_WorkloadCreated(self, workload_id: str, e: E) -> list[str]:
         allowed = e.get("allowed_clusters")
@@ -222,7 +229,6 @@ class Ledger:
         return self._add(
             deployment_id,
             Slot(
-                workload=e["workload_id"],
                 cluster=e["cluster_id"],
                 project=e["project"],
                 device_class=e["device_class"],
@@ -383,14 +389,31 @@ class Ledger:
                 break
         return heads
 
+    def _behind_the_unfit(
+        self, queues: dict[Key, dict[str, None]], key: Key, reason: str
+    ) -> list[str]:
+        """When a total or a quota shrinks, those waiting here for the other resource that can
+        now never fit stop holding back their other queue: its head moves."""
+        woken: list[str] = []
+        for deployment_id in queues.get(key, ()):
+            slot = self.deployments[deployment_id]
+            if slot.reason == reason and not self._blocks(slot, reason):
+                other, other_key = (
+                    (self.waiting_for, (slot.project, slot.device_class))
+                    if reason == QUOTA
+                    else (self.waiting_in, (slot.cluster, slot.device_class))
+                )
+                woken += self._heads(other, other_key, reason)
+        return woken
+
     def _blocks(self, slot: Slot, reason: str) -> bool:
         """Waits for `reason`, and could be admitted once others release: one that wants more
         than its cluster has, or than its project's whole quota, holds back nobody."""
-        if slot.reason != reason:
-            return False
-        if reason == CAPACITY:
-            return slot.wanted <= self.total.get((slot.cluster, slot.device_class), 0)
-        return slot.wanted <= self.quota.get((slot.project, slot.device_class), 0)
+        return (
+            slot.reason == reason
+            and slot.wanted <= self.total.get((slot.cluster, slot.device_class), 0)
+            and slot.wanted <= self.quota.get((slot.project, slot.device_class), 0)
+        )
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -414,7 +437,17 @@ class Ledger:
             return []
         released = self._update(deployment_id, slot, **fields)
         slot.retry = slot.phase == "failed"
-        return [deployment_id, *released] if slot.managed else released
+        return [deployment_id, *released, *self._behind(slot)] if slot.managed else released
+
+    def _behind(self, slot: Slot) -> list[str]:
+        """The heads of the queues this deployment waits in: what it wants changed, so it may
+        no longer hold them back."""
+        if slot.phase != "pending":
+            return []
+        return [
+            *self._heads(self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
+            *self._heads(self.waiting_for, (slot.project, slot.device_class), QUOTA),
+        ]
 
     def _set_phase(
         self, deployment_id: str, phase: str, reason: str | None, granted: int | None = None
@@ -452,7 +485,7 @@ class Ledger:
             deployment_id, slot, allocated=slot.allocated + devices, by_digest=by_digest
         )
         if digest != slot.digest and slot.managed:  # a previous generation moved: decide again
-            return [deployment_id, *released]
+            return [deployment_id, *released, *self._behind(slot)]
         return released
 
     def _add(self, deployment_id: str, slot: Slot) -> list[str]:
@@ -536,7 +569,6 @@ class Ledger:
                 placement.workload_id, cluster
             )
             slot = Slot(
-                workload=placement.workload_id,
                 cluster=cluster,
                 project=w.project,
                 device_class=w.device_class,

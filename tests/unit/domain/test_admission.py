@@ -403,3 +403,26 @@ def test_a_deployment_that_could_never_fit_holds_back_nobody() -> None:
     fleet.inventory("east", 4)
     assert verdict(fleet.deployment("huge", 6)) == [("huge", False, 0, "insufficient_capacity")]
     assert verdict(fleet.deployment("small", 2)) == [("small", True, 2, None)]
+
+
+def test_when_a_cluster_shrinks_below_a_quota_blocker_the_project_queue_moves_on() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 3)
+    fleet.inventory("east", 4)
+    fleet.inventory("west", 4)
+    fleet.deployment("a", 2)
+    fleet.deployment("b", 2, cluster="west")  # short of quota, and could get it
+    fleet.deployment("c", 1)  # fits the quota left, but b came first
+    assert verdict(fleet.inventory("west", 1)) == [("c", True, 1, None)]  # b can never fit
+
+
+def test_when_a_blocker_grows_beyond_its_cluster_those_behind_it_move_on() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 3)
+    fleet.deployment("b", 2)  # waits for capacity, and could get it
+    fleet.deployment("c", 1)  # would fit, but b came first
+    assert verdict(fleet.event("DeploymentScaled", "b", desired_replicas=5)) == [
+        ("c", True, 1, None)
+    ]

@@ -285,11 +285,11 @@ class AdmissionMachine(RuleBasedStateMachine):
     def could_fit(self, slot: Any, reason: str) -> bool:
         """Waits for `reason` and could be admitted once others release, counted from the
         aggregates."""
-        if slot.reason != reason:
-            return False
-        if reason == "insufficient_capacity":
-            return slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
-        return slot.wanted <= self.projects[slot.project].quota.get("H100", 0)
+        return (
+            slot.reason == reason
+            and slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
+            and slot.wanted <= self.projects[slot.project].quota.get("H100", 0)
+        )
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
