@@ -33,7 +33,11 @@ class SimNode:
     device_class: str
     devices: int
     topology_domain: str | None = None
-    free: list[str] = field(default_factory=list)  # device UUIDs no pod holds
+    free: list[str] = field(init=False)  # device UUIDs no pod holds
+
+    def __post_init__(self) -> None:
+        self.device_ids = [f"GPU-{self.node_id}-{i}" for i in range(self.devices)]
+        self.free = list(self.device_ids)
 
 
 @dataclass
@@ -57,8 +61,6 @@ class SimulatedCluster:
     ) -> None:
         self.nc, self.cluster_id, self.nodes = nc, cluster_id, nodes
         self.ready_after = ready_after
-        for node in nodes:
-            node.free = [f"GPU-{node.node_id}-{i}" for i in range(node.devices)]
         self.desired: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
         self._names = itertools.count()
@@ -201,6 +203,6 @@ class SimulatedCluster:
             "node_id": node.node_id,
             "device_class": node.device_class,
             "devices": node.devices,
-            "device_ids": [f"GPU-{node.node_id}-{i}" for i in range(node.devices)],
+            "device_ids": node.device_ids,
             "topology_domain": node.topology_domain,
         }

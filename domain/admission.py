@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,28 +297,32 @@ class Ledger:
             if not slot.retry:
                 return None
             slot.retry = False
-            return self._decision(deployment_id, slot, 0, "awaiting_admission", {})
+            return self._decision(deployment_id, slot, 0, "awaiting_admission", dict)
         wanted = slot.wanted
         if not slot.enabled:
-            return self._decision(deployment_id, slot, 0, "disabled", {"wanted": 0})
+            return self._decision(deployment_id, slot, 0, "disabled", lambda: {"wanted": 0})
         cluster_key = (slot.cluster, slot.device_class)
         project_key = (slot.project, slot.device_class)
         capacity = self.total.get(cluster_key, 0)
         quota = self.quota.get(project_key, 0)
         others_in_cluster = self.held_in_cluster.get(cluster_key, 0) - slot.held
         others_in_project = self.held_by_project.get(project_key, 0) - slot.held
-        evidence = {
-            "wanted": wanted,
-            "capacity": capacity,
-            "held_in_cluster": others_in_cluster,
-            "quota": quota,
-            "held_by_project": others_in_project,
-            "position": self.position,
-            "inventory_position": self.inventory_position.get(slot.cluster, 0),
-            "quota_position": self.quota_position.get(project_key, 0),
-        }
-        if slot.previous:
-            evidence["previous_generation"] = slot.previous
+
+        def evidence() -> dict[str, int]:  # built only for a decision that changes something
+            seen = {
+                "wanted": wanted,
+                "capacity": capacity,
+                "held_in_cluster": others_in_cluster,
+                "quota": quota,
+                "held_by_project": others_in_project,
+                "position": self.position,
+                "inventory_position": self.inventory_position.get(slot.cluster, 0),
+                "quota_position": self.quota_position.get(project_key, 0),
+            }
+            if slot.previous:
+                seen["previous_generation"] = slot.previous
+            return seen
+
         if wanted <= capacity - others_in_cluster and wanted <= quota - others_in_project:
             return self._decision(deployment_id, slot, wanted, None, evidence)
         if slot.rolling and slot.granted:  # the new generation starts inside the old's grant
@@ -419,7 +423,11 @@ class Ledger:
 
     @staticmethod
     def _decision(
-        deployment_id: str, slot: Slot, devices: int, reason: str | None, evidence: dict[str, int]
+        deployment_id: str,
+        slot: Slot,
+        devices: int,
+        reason: str | None,
+        evidence: Callable[[], dict[str, int]],
     ) -> Decision | None:
         """Admitted when there is no reason to wait; None when nothing would change. A placed
         or running deployment that is admitted again keeps its phase: only its grant moves."""
@@ -429,7 +437,7 @@ class Ledger:
             phase = slot.phase
         if (phase, reason, devices) == (slot.phase, slot.reason, slot.granted):
             return None
-        return Decision(deployment_id, admitted, devices, reason, evidence, phase)
+        return Decision(deployment_id, admitted, devices, reason, evidence(), phase)
 
     def _change(self, deployment_id: str, **fields: Any) -> list[str]:
         slot = self.deployments.get(deployment_id)
@@ -558,9 +566,10 @@ class Ledger:
         returns the deployments admission should decide for."""
         w = self.workloads[placement.workload_id]
         w.deferred = not placement.shares
+        if placement.shares:
+            self.unplaced.get(w.device_class, {}).pop(placement.workload_id, None)
         decide: list[str] = []
         for cluster, share in placement.shares.items():
-            self.unplaced.get(w.device_class, {}).pop(placement.workload_id, None)
             deployment_id = w.deployments.get(cluster)
             if deployment_id is not None:
                 decide += self._change(deployment_id, desired=share)

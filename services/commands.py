@@ -10,6 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from domain.admission import Decision, Placement
 from domain.base import Writer
 from domain.cluster import Node
 from domain.deployment import DeploymentStatus
@@ -135,6 +136,18 @@ class DecideAdmission(Command):
     reason: str | None
     evidence: dict[str, int]
 
+    @classmethod
+    def of(cls, d: Decision, command_id: str, correlation_id: str | None) -> DecideAdmission:
+        return cls(
+            command_id=command_id,
+            correlation_id=correlation_id,
+            deployment_id=d.deployment_id,
+            admitted=d.admitted,
+            devices=d.devices,
+            reason=d.reason,
+            evidence=d.evidence,
+        )
+
 
 class PlaceWorkload(Command):
     """Internal: placement's new shares for a workload, valid only while the workload still
@@ -148,6 +161,19 @@ class PlaceWorkload(Command):
     shares: dict[str, int]
     previous: dict[str, int]
     message: str | None = None
+
+    @classmethod
+    def of(cls, p: Placement, command_id: str, correlation_id: str | None) -> PlaceWorkload:
+        return cls(
+            command_id=command_id,
+            correlation_id=correlation_id,
+            workload_id=p.workload_id,
+            replicas=p.replicas,
+            serving_digest=p.serving_digest,
+            shares=p.shares,
+            previous=p.previous,
+            message=p.message,
+        )
 
 
 class SetClusterReachability(Command):

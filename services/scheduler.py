@@ -116,33 +116,16 @@ class Scheduler:
             await self._send(decision, correlation_id)
 
     async def _send(self, decision: Decision, correlation_id: str | None) -> None:
-        command = DecideAdmission(
-            command_id=self._command_id("admission", decision),
-            correlation_id=correlation_id,
-            deployment_id=decision.deployment_id,
-            admitted=decision.admitted,
-            devices=decision.devices,
-            reason=decision.reason,
-            evidence=decision.evidence,
-        )
-        if not await self._run(command):
+        command_id = self._command_id("admission", decision)
+        if not await self._run(DecideAdmission.of(decision, command_id, correlation_id)):
             raise Refused(f"{decision.deployment_id}: admission was refused")
         self.decisions += 1
 
     async def _place(self, placement: Placement, correlation_id: str | None) -> list[str]:
         """Ask the hub to change the workload's shares; the deployments to decide for. A
-        refusal means the workload moved on meanwhile: its newer events place it again."""
-        command = PlaceWorkload(
-            command_id=self._command_id("placement", placement),
-            correlation_id=correlation_id,
-            workload_id=placement.workload_id,
-            replicas=placement.replicas,
-            serving_digest=placement.serving_digest,
-            shares=placement.shares,
-            previous=placement.previous,
-            message=placement.message,
-        )
-        if not await self._run(command):
+        refused placement is tried again after the next events (see `_follow`)."""
+        command_id = self._command_id("placement", placement)
+        if not await self._run(PlaceWorkload.of(placement, command_id, correlation_id)):
             self._retry.add(placement.workload_id)
             return []
         self.placements += 1

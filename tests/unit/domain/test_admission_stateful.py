@@ -13,7 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from domain.admission import Decision, Ledger
+from domain.admission import Decision, Ledger, Placement
 from domain.base import Aggregate, DomainError, Event, split_id
 from domain.cluster import Cluster, Node
 from domain.deployment import AdmissionReason, Authority, Deployment
@@ -70,17 +70,8 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert isinstance(aggregate, Deployment)
         self.deployments.append(aggregate)
 
-    def place(self, p: Any) -> None:
-        command = PlaceWorkload(
-            command_id="c",
-            workload_id=p.workload_id,
-            replicas=p.replicas,
-            serving_digest=p.serving_digest,
-            shares=p.shares,
-            previous=p.previous,
-            message=p.message,
-        )
-        place_workload(self, command, plane())
+    def place(self, p: Placement) -> None:
+        place_workload(self, PlaceWorkload.of(p, "c", None), plane())
         touched = [self.workloads[p.workload_id], *self.deployments]
         self.skip(touched)  # the ledger records the placement, not its events
         for decision in self.ledger.decide_all(self.ledger.record_placement(p)):
