@@ -6,6 +6,7 @@ handler, and carries a client-chosen `command_id` that makes resending it harmle
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -138,15 +139,8 @@ class DecideAdmission(Command):
 
     @classmethod
     def of(cls, d: Decision, command_id: str, correlation_id: str | None) -> DecideAdmission:
-        return cls(
-            command_id=command_id,
-            correlation_id=correlation_id,
-            deployment_id=d.deployment_id,
-            admitted=d.admitted,
-            devices=d.devices,
-            reason=d.reason,
-            evidence=d.evidence,
-        )
+        fields = {k: v for k, v in dataclasses.asdict(d).items() if k != "phase"}
+        return cls(command_id=command_id, correlation_id=correlation_id, **fields)
 
 
 class PlaceWorkload(Command):
@@ -164,16 +158,8 @@ class PlaceWorkload(Command):
 
     @classmethod
     def of(cls, p: Placement, command_id: str, correlation_id: str | None) -> PlaceWorkload:
-        return cls(
-            command_id=command_id,
-            correlation_id=correlation_id,
-            workload_id=p.workload_id,
-            replicas=p.replicas,
-            serving_digest=p.serving_digest,
-            shares=p.shares,
-            previous=p.previous,
-            message=p.message,
-        )
+        fields = dataclasses.asdict(p)
+        return cls(command_id=command_id, correlation_id=correlation_id, **fields)
 
 
 class SetClusterReachability(Command):
