@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import (
+    AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
@@ -27,8 +28,11 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.client import JetStreamContext
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
+
+from adapters.nats_auth import operator_consumer, operator_inbox_prefix, render_filter
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +82,40 @@ STREAMS = [
 ]
 
 
-async def connect(url: str, name: str) -> Client:
-    """A connection that keeps reconnecting for as long as the process runs."""
+async def connect(
+    url: str,
+    name: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    inbox_prefix: str | None = None,
+) -> Client:
+    """A connection that keeps reconnecting for as long as the process runs. `user` and
+    `password` log in to a server that has users (else the URL's own `user:password@`, if any);
+    `inbox_prefix` replaces `_INBOX` for the replies this connection receives, which is how a
+    server can let each operator subscribe to its own replies only."""
     nc = Client()
+    shown = _without_secrets(url)
 
     async def on_error(e: Exception) -> None:
         log.warning("nats: %s", e)
 
     async def on_disconnect() -> None:
         if not nc.is_closed:
-            log.warning("nats: disconnected from %s", url)
+            log.warning("nats: disconnected from %s", shown)
 
     async def on_reconnect() -> None:
-        log.info("nats: reconnected to %s", url)
+        log.info("nats: reconnected to %s", shown)
 
+    login: dict[str, Any] = {}
+    if user is not None:
+        login = {"user": user, "password": password or ""}
+    if inbox_prefix is not None:
+        login["inbox_prefix"] = inbox_prefix
     await nc.connect(
         servers=[u.strip() for u in url.split(",")],  # a cluster: several comma-separated URLs
         name=name,
+        **login,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.2,  # type: ignore[arg-type]  # a float is fine at run time
         connect_timeout=5,
@@ -511,3 +532,121 @@ async def publish_observation(
         stream=OBS_STREAM,
         headers={"Nats-Msg-Id": msg_id},
     )
+
+
+# Operators: logging in with their own credentials and reading their cluster's render messages.
+# adapters/nats_auth.py writes the server configuration that lets an operator do what this
+# section does and nothing more; keep the two in step.
+
+
+def _without_secrets(url: str) -> str:
+    """The URLs as a log line may show them: without a `user:password@` part."""
+    shown = []
+    for server in url.split(","):
+        scheme, sep, rest = server.strip().partition("://")
+        if not sep:  # `host:port`, nats-py's default scheme
+            scheme, rest = "", scheme
+        authority = rest.split("/", 1)[0]
+        if "@" in authority:  # a password may hold an `@` too: the last one ends it
+            rest = rest[authority.rindex("@") + 1 :]
+        shown.append(f"{scheme}{sep}{rest}")
+    return ",".join(shown)
+
+
+async def connect_operator(
+    url: str, cluster_id: str, *, user: str | None = None, password: str | None = None
+) -> Client:
+    """A cluster operator's connection. Its replies (JetStream API answers, publish acks,
+    fetched render messages) come under `_INBOX_<cluster>`, the only subjects the server lets
+    that operator subscribe to, so no operator can read another's replies."""
+    return await connect(
+        url,
+        f"wingsmith-operator-{cluster_id}",
+        user=user,
+        password=password,
+        inbox_prefix=operator_inbox_prefix(cluster_id),
+    )
+
+
+def render_consumer_config(cluster_id: str, ack_wait: float = 60.0) -> ConsumerConfig:
+    """The operator's durable pull consumer: its cluster's subjects only, starting from the
+    latest message of each (one per deployment)."""
+    name = operator_consumer(cluster_id)
+    return ConsumerConfig(
+        name=name,  # with a filter, nats-py creates it through the API subject naming both
+        durable_name=name,
+        filter_subject=render_filter(cluster_id),
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,  # applying a render to a cluster may take a while
+        max_deliver=-1,
+    )
+
+
+async def _fresh_render_consumer(
+    js: JetStreamContext, cluster_id: str
+) -> JetStreamContext.PullSubscription:
+    """Delete the operator's consumer and create it anew, so that it starts again from the
+    latest message of every subject: how an operator that (re)starts catches up."""
+    name = operator_consumer(cluster_id)
+    with contextlib.suppress(NotFoundError):
+        await js.delete_consumer(RENDER_STREAM, name)
+    await js.add_consumer(RENDER_STREAM, render_consumer_config(cluster_id))
+    # Bind without asking for consumer info first: nothing but this consumer is reachable.
+    return await js.pull_subscribe_bind(name, stream=RENDER_STREAM)
+
+
+async def _consumer_gone(js: JetStreamContext, cluster_id: str) -> bool:
+    """Whether the operator's consumer no longer exists (deleted by someone, or lost with the
+    server's state); a server that does not answer now is asked again next time."""
+    try:
+        await js.consumer_info(RENDER_STREAM, operator_consumer(cluster_id))
+    except NotFoundError:
+        return True
+    except (
+        nats.errors.TimeoutError,
+        TimeoutError,
+        nats.errors.NoRespondersError,
+        ServiceUnavailableError,
+    ):
+        return False
+    return False
+
+
+def _delivery(stream: str, msg: Msg) -> Delivery:
+    msg_id = (msg.headers or {}).get("Nats-Msg-Id") or f"{stream}:{msg.metadata.sequence.stream}"
+    return Delivery(msg.subject, bytes(msg.data), msg_id, msg)
+
+
+async def render_batches(
+    nc: Client, cluster_id: str, *, batch: int = 256, idle: float = 5.0
+) -> AsyncIterator[list[Delivery]]:
+    """Desired state for one cluster, forever: first the latest render message of every one of
+    its deployments, then each new one, in batches of what has arrived. Each delivery must be
+    acknowledged once applied (`retry` to have it again later); an empty `data` is a removal
+    (the message carries `Wingsmith-Deleted: true`).
+
+    Starting recreates the durable consumer `operator-<cluster>`, so a restarted operator sees
+    every deployment's latest message again. While idle it checks every `idle` seconds that the
+    consumer still exists, and recreates it (delivering everything again) if it does not."""
+    js = nc.jetstream()
+    sub = await _fresh_render_consumer(js, cluster_id)
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(batch, timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError, ServiceUnavailableError) as e:
+                # Idle (nats-py raises either timeout), or no one serves the consumer (503: it
+                # was deleted, or JetStream is away for a moment).
+                if await _consumer_gone(js, cluster_id):
+                    log.warning("render consumer of %s vanished: recreating it", cluster_id)
+                    with contextlib.suppress(nats.errors.Error):
+                        await sub.unsubscribe()
+                    sub = await _fresh_render_consumer(js, cluster_id)
+                elif isinstance(e, ServiceUnavailableError):
+                    await asyncio.sleep(idle)  # a 503 comes at once: don't spin while it lasts
+                continue
+            yield [_delivery(RENDER_STREAM, m) for m in msgs]
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import shutil
 import signal
 import socket
@@ -40,12 +41,23 @@ def free_port() -> int:
 
 class EmbeddedNatsServer:
     """`async with EmbeddedNatsServer(dir) as server:` runs nats-server with JetStream whose files
-    live in `dir`, on a free loopback port (or the one given), until the block ends."""
+    live in `dir`, on a free loopback port (or the one given), until the block ends.
 
-    def __init__(self, store_dir: Path, port: int | None = None, extra_args: tuple[str, ...] = ()):
+    `config` is the text of a configuration file (e.g. the accounts and users of
+    `adapters.nats_auth.server_config`); it is written into `dir`, and the command line's
+    JetStream, address and port still win over it."""
+
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        config: str | None = None,
+    ):
         self.store_dir = store_dir
         self.port = port or free_port()
         self.extra_args = extra_args
+        self.config = config
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -64,6 +76,13 @@ class EmbeddedNatsServer:
             "-p",
             str(self.port),
         ]
+        if self.config is not None:
+            config_file = self.store_dir / "nats-server.conf"
+            # Readable by its owner only from the start: it may hold passwords.
+            fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w") as out:
+                out.write(self.config)
+            args += ["-c", str(config_file)]
         args += self.extra_args
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         self._process = subprocess.Popen(

@@ -1,30 +1,46 @@
-"""A simulated cluster: what an operator and its Kubernetes cluster would do, with no Kubernetes.
+"""A simulated cluster: what Kubernetes and Dynamo would do for an operator, with no Kubernetes.
 
-It reads its render commands (`wingsmith.render.<cluster>.>`, from the latest desired state of
-each deployment on), runs pods on named devices of its nodes, and reports what happens on
-`wingsmith.obs.<cluster>.<kind>`: its inventory, every replica as it starts, becomes ready and
-terminates, and each deployment's status and live digests.
+It is an operator backend (`services.operator.runtime.Backend`): it runs each deployment's pods
+on named devices of its nodes and reports what happens: its inventory, every replica as it
+starts, becomes ready and terminates, and each deployment's status and live digests. Every
+report carries the cluster's own ordering (`version`), as a real cluster's resourceVersion.
 
 Rollouts go as Dynamo's do: replicas of the new serving configuration start beside the old ones
 while there are devices for them, and the old ones terminate once the new ones are all ready.
 When there are no devices for a new replica, an old one is terminated first to make room.
+
+Faults on demand, by request on `wingsmith.sim.<cluster>.fault`: `{"fault": "node_loss",
+"node": ID}` takes a node and its pods away (`node_restore` brings it back); `{"fault":
+"image_pull", "deployment_id": ID}` makes the deployment's pods fail to pull their image until
+its serving configuration changes or `{"fault": "clear", "deployment_id": ID}`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import re
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.errors
 import orjson
-from nats.nuid import NUID
+from nats.aio.msg import Msg
 
 from adapters import nats_bus
 
 log = logging.getLogger(__name__)
+
+Report = Callable[[str, dict[str, Any], str | None], Awaitable[None]]
+_SPEC = re.compile(r"^(?:(\d+)x)?(\d+):([A-Za-z0-9][-_A-Za-z0-9]*)(?:@([-._A-Za-z0-9]+))?$")
+
+
+def fault_subject(cluster_id: str) -> str:
+    return f"wingsmith.sim.{cluster_id}.fault"
 
 
 @dataclass
@@ -33,11 +49,29 @@ class SimNode:
     device_class: str
     devices: int
     topology_domain: str | None = None
+    lost: bool = False
     free: list[str] = field(init=False)  # device UUIDs no pod holds
 
     def __post_init__(self) -> None:
         self.device_ids = [f"GPU-{self.node_id}-{i}" for i in range(self.devices)]
         self.free = list(self.device_ids)
+
+
+def nodes_from_spec(cluster_id: str, spec: str) -> list[SimNode]:
+    """Nodes from `[COUNTx]GPUS:CLASS[@DOMAIN]`, comma-separated: `2x8:H100@rack-a,4:A100` is
+    two nodes of 8 H100 in rack-a and one of 4 A100."""
+    nodes: list[SimNode] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        match = _SPEC.match(part)
+        if match is None:
+            raise ValueError(f"simulated spec {part!r}: expected [COUNTx]GPUS:CLASS[@DOMAIN]")
+        count, gpus, device_class, domain = match.groups()
+        for _ in range(int(count or 1)):
+            node_id = f"{cluster_id}-n{len(nodes) + 1}"
+            nodes.append(SimNode(node_id, device_class, int(gpus), domain))
+    if not nodes:
+        raise ValueError("simulated spec: no nodes")
+    return nodes
 
 
 @dataclass
@@ -53,53 +87,115 @@ class Pod:
 class SimulatedCluster:
     def __init__(
         self,
-        nc: nats_bus.Connection,
         cluster_id: str,
         nodes: list[SimNode],
         *,
         ready_after: float = 0.3,
+        inventory_every: float = 30.0,
     ) -> None:
-        self.nc, self.cluster_id, self.nodes = nc, cluster_id, nodes
-        self.ready_after = ready_after
-        self.desired: dict[str, dict[str, Any]] = {}
+        self.cluster_id, self.nodes = cluster_id, nodes
+        self.ready_after, self.inventory_every = ready_after, inventory_every
+        self.desired: dict[str, Mapping[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
+        self.failing: dict[str, str] = {}  # deployment id -> digest whose image cannot be pulled
         self._names = itertools.count()
+        self._versions = itertools.count(1)
         self._later: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        self._nuid = NUID()
+        self._report: Report | None = None
 
-    async def run(self) -> None:
-        await self._report("inventory", {"nodes": [self._node(n) for n in self.nodes]})
-        subject = f"{nats_bus.RENDER_PREFIX}.{self.cluster_id}.>"
+    # -- the backend ---------------------------------------------------------------------
+
+    async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        async with self._lock:
+            if desired is None:
+                self.desired.pop(deployment_id, None)
+            else:
+                self.desired[deployment_id] = desired
+            await self._reconcile(deployment_id)
+
+    async def observe(self, report: Report) -> None:
+        """Report the inventory now and every `inventory_every` seconds (a hub that refused it,
+        say before the cluster was known, gets it again)."""
+        self._report = report
         try:
-            stream = nats_bus.read_stream(
-                self.nc, nats_bus.RENDER_STREAM, subject, follow=True, start="last"
-            )
-            async for message in stream:
-                deployment_id = message.subject.split(".", 3)[3]
-                if message.headers.get(nats_bus.DELETED_HEADER):
-                    self.desired.pop(deployment_id, None)
-                else:
-                    self.desired[deployment_id] = orjson.loads(message.data)
-                await self.reconcile(deployment_id)
+            while True:
+                await self._report_inventory()
+                await asyncio.sleep(self.inventory_every)
         finally:
             for task in self._later:
                 task.cancel()
 
-    async def reconcile(self, deployment_id: str) -> None:
+    async def serve_faults(self, nc: nats_bus.Connection) -> None:
+        """Answer fault requests until cancelled."""
+
+        async def on_request(msg: Msg) -> None:
+            try:
+                reply = await self._fault(msg.data)
+            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError) as e:
+                reply = {"ok": False, "error": f"not a fault request: {e}"}
+            await msg.respond(orjson.dumps(reply))
+
+        subscription = await nc.subscribe(fault_subject(self.cluster_id), cb=on_request)
+        try:
+            await asyncio.Future()  # until cancelled
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await subscription.unsubscribe()
+
+    # -- faults --------------------------------------------------------------------------
+
+    async def _fault(self, data: bytes) -> dict[str, Any]:
+        request = orjson.loads(data)
+        fault = request.get("fault")
         async with self._lock:
+            if fault in {"node_loss", "node_restore"}:
+                node = next((n for n in self.nodes if n.node_id == request.get("node")), None)
+                if node is None:
+                    return {"ok": False, "error": f"node: no node {request.get('node')!r}"}
+                await self._set_lost(node, fault == "node_loss")
+            elif fault in {"image_pull", "clear"}:
+                deployment_id = request.get("deployment_id")
+                want = self.desired.get(deployment_id or "")
+                if want is None:
+                    return {"ok": False, "error": f"deployment_id: unknown {deployment_id!r}"}
+                if fault == "image_pull":
+                    self.failing[want["deployment_id"]] = want["serving_digest"]
+                else:
+                    self.failing.pop(want["deployment_id"], None)
+                await self._reconcile(want["deployment_id"])
+            else:
+                return {"ok": False, "error": "fault: node_loss, node_restore, image_pull, clear"}
+        return {"ok": True}
+
+    async def _set_lost(self, node: SimNode, lost: bool) -> None:
+        node.lost = lost
+        if lost:
+            for deployment_id, pods in self.pods.items():
+                for pod in [p for p in pods.values() if p.node is node]:
+                    await self._terminate(deployment_id, pod)
+            node.free = list(node.device_ids)
+        await self._report_inventory()
+        for deployment_id in list(self.desired):
             await self._reconcile(deployment_id)
+
+    # -- reconciling ---------------------------------------------------------------------
 
     async def _reconcile(self, deployment_id: str) -> None:
         want = self.desired.get(deployment_id)
         pods = self.pods.setdefault(deployment_id, {})
         replicas = want["replicas"] if want and want["enabled"] else 0
         digest = want["serving_digest"] if want else None
+        if self.failing.get(deployment_id, digest) != digest:
+            del self.failing[deployment_id]  # a new serving configuration: a new image
         current = [p for p in pods.values() if p.digest == digest]
         old = [p for p in pods.values() if p.digest != digest]
         for pod in current[replicas:]:
             await self._terminate(deployment_id, pod)
         missing = replicas - len(current)
+        if deployment_id in self.failing:
+            await self._report_status(deployment_id, replicas, failed=True)
+            return
         while missing > 0 and want is not None:
             if await self._start(deployment_id, want) is not None:
                 missing -= 1
@@ -111,15 +207,16 @@ class SimulatedCluster:
         if len(new) >= replicas and all(p.ready for p in new):
             for pod in old:  # the new generation serves in full: the old one goes
                 await self._terminate(deployment_id, pod)
-        await self._report_status(deployment_id, replicas, short=missing > 0)
+        if want is not None or pods:
+            await self._report_status(deployment_id, replicas, short=missing > 0)
 
-    async def _start(self, deployment_id: str, want: dict[str, Any]) -> Pod | None:
+    async def _start(self, deployment_id: str, want: Mapping[str, Any]) -> Pod | None:
         per = want["serving"]["devices_per_replica"]
         node = next(
             (
                 n
                 for n in self.nodes
-                if n.device_class == want["device_class"] and len(n.free) >= per
+                if not n.lost and n.device_class == want["device_class"] and len(n.free) >= per
             ),
             None,
         )
@@ -127,7 +224,7 @@ class SimulatedCluster:
             return None
         devices, node.free = tuple(node.free[:per]), node.free[per:]
         pod = Pod(
-            f"{deployment_id}-{want['serving_digest'][-6:]}-{next(self._names)}",
+            f"{want['workload_id']}-{want['serving_digest'][-6:]}-{next(self._names)}",
             node,
             devices,
             want["serving_digest"],
@@ -151,13 +248,33 @@ class SimulatedCluster:
 
     async def _terminate(self, deployment_id: str, pod: Pod) -> None:
         del self.pods[deployment_id][pod.name]
-        pod.node.free += pod.device_ids
+        if not pod.node.lost:
+            pod.node.free += pod.device_ids
         await self._report_replica(deployment_id, pod, "terminated")
 
     # -- reports ---------------------------------------------------------------------------
 
+    async def _send(self, kind: str, payload: dict[str, Any]) -> None:
+        if self._report is not None:  # reports start with `observe`
+            await self._report(kind, payload | {"version": next(self._versions)}, None)
+
+    async def _report_inventory(self) -> None:
+        nodes = [
+            {
+                "node_id": n.node_id,
+                "device_class": n.device_class,
+                "devices": n.devices,
+                "device_ids": n.device_ids,
+                "topology_domain": n.topology_domain,
+            }
+            for n in self.nodes
+            if not n.lost
+        ]
+        if self._report is not None:
+            await self._report("inventory", {"nodes": nodes}, None)
+
     async def _report_replica(self, deployment_id: str, pod: Pod, state: str) -> None:
-        await self._report(
+        await self._send(
             "replica",
             {
                 "deployment_id": deployment_id,
@@ -170,11 +287,17 @@ class SimulatedCluster:
             },
         )
 
-    async def _report_status(self, deployment_id: str, replicas: int, *, short: bool) -> None:
+    async def _report_status(
+        self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
+    ) -> None:
         pods = self.pods[deployment_id].values()
         ready = sum(p.ready for p in pods)
         digests = Counter(p.digest for p in pods)
-        if short and not pods:
+        message = None
+        if failed:
+            phase, reason = "failed", "ImagePullBackOff"
+            message = "the serving image could not be pulled"
+        elif short and not pods:
             phase, reason = "pending", "InsufficientDevices"
         elif ready == replicas and len(digests) <= 1 and not short:
             phase, reason = "ready", None
@@ -183,26 +306,11 @@ class SimulatedCluster:
         status = {
             "phase": phase,
             "reason": reason,
+            "message": message,
             "ready_replicas": ready,
             "desired_replicas": replicas,
         }
-        await self._report(
+        await self._send(
             "deployment",
             {"deployment_id": deployment_id, "status": status, "live_digests": dict(digests)},
         )
-
-    async def _report(self, kind: str, payload: dict[str, Any]) -> None:
-        msg_id = f"{self.cluster_id}:{kind}:{self._nuid.next().decode()}"
-        await nats_bus.publish_observation(
-            self.nc, self.cluster_id, kind, {"cluster_id": self.cluster_id} | payload, msg_id
-        )
-
-    @staticmethod
-    def _node(node: SimNode) -> dict[str, Any]:
-        return {
-            "node_id": node.node_id,
-            "device_class": node.device_class,
-            "devices": node.devices,
-            "device_ids": node.device_ids,
-            "topology_domain": node.topology_domain,
-        }

@@ -137,6 +137,7 @@ class Ledger:
     # room, the workloads, and those to place (again)
     claimed: dict[Key, int] = field(default_factory=dict)
     reachable: dict[str, bool] = field(default_factory=dict)
+    operated: set[str] = field(default_factory=set)  # clusters an operator has spoken for
     room: RoomIndex = field(default_factory=RoomIndex)
     workloads: dict[str, Planned] = field(default_factory=dict)
     to_place: dict[str, None] = field(default_factory=dict)
@@ -169,6 +170,10 @@ class Ledger:
 
     def _on_ClusterRegistered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
+        return []
+
+    def _on_OperatorConnected(self, cluster: str, e: E) -> list[str]:
+        self.operated.add(cluster)
         return []
 
     def _on_ClusterUnreachable(self, cluster: str, e: E) -> list[str]:
@@ -500,7 +505,7 @@ class Ledger:
         self.deployments[deployment_id] = slot
         self._claim(slot, slot.claim)
         if not slot.managed:  # observed: it runs already and is not admitted here
-            slot.reason = None
+            slot.phase, slot.reason = "admitted", None
             return []
         self._wait(deployment_id, slot)
         return [deployment_id]

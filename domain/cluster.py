@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from domain.base import Aggregate, Cause, Created, Event
+from domain.base import Aggregate, Cause, Created, Event, Writer, require_writer
 from domain.values import DeviceClass, Frozen
 
 
@@ -19,12 +19,22 @@ class Node(Frozen):
     topology_domain: str | None = Field(default=None, max_length=253)
 
 
+class OperatorInfo(Frozen):
+    """Which operator serves a cluster: each start picks a new instance id."""
+
+    instance: str = Field(min_length=1, max_length=64)
+    version: str = Field(min_length=1, max_length=64)
+    read_only: bool
+    simulated: bool = False
+
+
 class Cluster(Aggregate):
     kind = "cluster"
     region: str | None
     labels: dict[str, str]
     nodes: tuple[Node, ...]
     reachable: bool  # heard from lately; placement only chooses reachable clusters
+    operator: OperatorInfo | None  # the operator last heard from, once one has been
 
     @classmethod
     def register(
@@ -36,6 +46,14 @@ class Cluster(Aggregate):
         ordered = tuple(sorted(nodes, key=lambda n: n.node_id))
         if ordered != self.nodes:
             self._record(InventoryReported, cause, nodes=ordered)
+
+    def hear_operator(self, cause: Cause, operator: OperatorInfo) -> None:
+        """An operator's heartbeat: a new operator (or one restarted, or switched to read-only)
+        is recorded once; hearing from the cluster makes it reachable again."""
+        require_writer(cause, Writer.CLUSTER, "an operator heartbeat")
+        if operator != self.operator:
+            self._record(OperatorConnected, cause, operator=operator)
+        self.set_reachable(cause, True)
 
     def set_reachable(self, cause: Cause, reachable: bool) -> None:
         if reachable != self.reachable:
@@ -62,6 +80,7 @@ class ClusterRegistered(Created):
         cluster.labels = dict(self.labels)
         cluster.nodes = ()
         cluster.reachable = True
+        cluster.operator = None
 
 
 class InventoryReported(Event):
@@ -79,3 +98,10 @@ class ClusterUnreachable(Event):
 class ClusterReachable(Event):
     def apply(self, cluster: Any) -> None:
         cluster.reachable = True
+
+
+class OperatorConnected(Event):
+    operator: OperatorInfo
+
+    def apply(self, cluster: Any) -> None:
+        cluster.operator = self.operator

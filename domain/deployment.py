@@ -23,7 +23,7 @@ from domain.base import (
     Writer,
     require_writer,
 )
-from domain.values import Frozen, ServingConfig
+from domain.values import Frozen, ResourceRef, ServingConfig
 
 
 class AdmissionPhase(StrEnum):
@@ -104,7 +104,9 @@ class Deployment(Aggregate):
     engine_args: tuple[str, ...]
     imported_args: tuple[str, ...] | None
     status: DeploymentStatus | None
+    status_version: int  # the cluster's ordering of the status last recorded
     live_digests: dict[str, int]
+    adopted: ResourceRef | None  # the DynamoGraphDeployment it was adopted from, if it was
 
     @staticmethod
     def key_for(workload_id: str, cluster_id: str) -> str:
@@ -124,8 +126,14 @@ class Deployment(Aggregate):
         authority: Authority = Authority.MANAGED,
         engine_args: tuple[str, ...] = (),
         imported_args: tuple[str, ...] | None = None,
+        adopted: ResourceRef | None = None,
     ) -> Deployment:
         _check_replicas(desired_replicas)
+        if adopted is not None and authority is Authority.MANAGED:
+            raise InvalidValue(
+                "an adopted deployment starts observed; promote it to manage it",
+                field="authority",
+            )
         if authority is Authority.MANAGED and imported_args is not None:
             raise InvalidValue(
                 "a managed deployment is declared by the plane and has no imported_args",
@@ -145,6 +153,7 @@ class Deployment(Aggregate):
             authority=authority,
             engine_args=engine_args,
             imported_args=imported_args,
+            adopted=adopted,
         )
 
     # -- plane-declared ---------------------------------------------------------------------
@@ -262,18 +271,40 @@ class Deployment(Aggregate):
         self._check_transition(AdmissionPhase.FAILED)
         self._record(DeploymentFailed, cause, reason=reason, message=message)
 
-    def observe_status(self, cause: Cause, status: DeploymentStatus) -> None:
+    def observe_status(self, cause: Cause, status: DeploymentStatus, *, version: int = 0) -> bool:
+        """Record the cluster's status. `version` is the cluster's own ordering (0: none); a
+        report older than the one recorded changes nothing and returns False."""
         require_writer(cause, Writer.CLUSTER, "status")
+        if not self._fresh(version):
+            return False
         if status != self.status:
-            self._record(StatusObserved, cause, status=status)
+            self._record(StatusObserved, cause, status=status, version=version)
+        return True
 
-    def observe_live_digests(self, cause: Cause, live_digests: dict[str, int]) -> None:
+    def observe_live_digests(
+        self, cause: Cause, live_digests: dict[str, int], *, version: int = 0
+    ) -> bool:
         require_writer(cause, Writer.CLUSTER, "live_digests")
         if any(count < 0 for count in live_digests.values()):
             raise InvalidValue("replica counts cannot be negative", field="live_digests")
+        if not self._fresh(version):
+            return False
         live = {digest: count for digest, count in live_digests.items() if count}
         if live != self.live_digests:
-            self._record(LiveDigestsObserved, cause, live_digests=live)
+            self._record(LiveDigestsObserved, cause, live_digests=live, version=version)
+        return True
+
+    def _fresh(self, version: int) -> bool:
+        return not 0 < version < self.status_version
+
+    def record_operator_action(
+        self, cause: Cause, *, verb: str, target: str, performed: bool, reason: str
+    ) -> None:
+        """What the operator wrote to the cluster for it, or would have (`performed` false)."""
+        require_writer(cause, Writer.CLUSTER, "an operator action")
+        self._record(
+            OperatorActed, cause, verb=verb, target=target, performed=performed, reason=reason
+        )
 
     def observe_imported_args(self, cause: Cause, imported_args: tuple[str, ...]) -> None:
         require_writer(cause, Writer.CLUSTER, "imported_args")
@@ -311,6 +342,7 @@ class DeploymentCreated(Created):
     authority: Authority
     engine_args: tuple[str, ...]
     imported_args: tuple[str, ...] | None
+    adopted: ResourceRef | None = None
 
     def apply(self, d: Any) -> None:
         d.workload_id, d.cluster_id, d.project = self.workload_id, self.cluster_id, self.project
@@ -318,10 +350,14 @@ class DeploymentCreated(Created):
         d.serving, d.serving_digest, d.generation = self.serving, self.serving_digest, 1
         d.authority, d.enabled = self.authority, True
         d.engine_args, d.imported_args = self.engine_args, self.imported_args
-        d.admission_phase = AdmissionPhase.PENDING
-        d.admission_reason = AdmissionReason.AWAITING_ADMISSION
+        d.adopted = self.adopted
+        if self.authority is Authority.MANAGED:
+            d.admission_phase = AdmissionPhase.PENDING
+            d.admission_reason = AdmissionReason.AWAITING_ADMISSION
+        else:  # it runs already: the plane does not admit what it only observes
+            d.admission_phase, d.admission_reason = AdmissionPhase.ADMITTED, None
         d.granted_devices = 0
-        d.status, d.live_digests = None, {}
+        d.status, d.status_version, d.live_digests = None, 0, {}
 
 
 class DeploymentScaled(Event):
@@ -402,16 +438,19 @@ class DeploymentFailed(Event):
 
 class StatusObserved(Event):
     status: DeploymentStatus
+    version: int = 0
 
     def apply(self, d: Any) -> None:
-        d.status = self.status
+        d.status, d.status_version = self.status, max(d.status_version, self.version)
 
 
 class LiveDigestsObserved(Event):
     live_digests: dict[str, int]
+    version: int = 0
 
     def apply(self, d: Any) -> None:
         d.live_digests = dict(self.live_digests)
+        d.status_version = max(d.status_version, self.version)
 
 
 class ImportedArgsObserved(Event):
@@ -419,3 +458,13 @@ class ImportedArgsObserved(Event):
 
     def apply(self, d: Any) -> None:
         d.imported_args = self.imported_args
+
+
+class OperatorActed(Event):
+    verb: str  # create, patch, delete
+    target: str  # <namespace>/<name> of the DynamoGraphDeployment
+    performed: bool  # false: only would have (observed, or a read-only operator)
+    reason: str
+
+    def apply(self, d: Any) -> None:
+        return None  # a record for the audit trail; it changes nothing the plane decides

@@ -30,6 +30,9 @@ class DiscoveryState(StrEnum):
     PROMOTED = "promoted"
 
 
+WORKER_ROLES = ("worker", "decode", "prefill", "main")  # main: a legacy single worker
+
+
 class DiscoveredComponent(Frozen):
     name: str = Field(min_length=1, max_length=63)
     role: str = Field(min_length=1, max_length=32)
@@ -48,6 +51,21 @@ class Sighting(Frozen):
     api_version: str
     backend: Backend | None
     components: tuple[DiscoveredComponent, ...]
+    # what a promotion needs to declare the workload, when the manifest says it
+    model: str | None = Field(default=None, max_length=256)
+    image: str | None = Field(default=None, max_length=512)
+    engine_version: str | None = Field(default=None, max_length=64)
+    tensor_parallel: int | None = Field(default=None, ge=1, le=64)
+
+    def workers(self) -> tuple[DiscoveredComponent, ...]:
+        """The components that hold devices and run the engine."""
+        return tuple(c for c in self.components if c.role in WORKER_ROLES)
+
+    def primary(self) -> DiscoveredComponent | None:
+        """The worker whose arguments stand for the deployment's: the aggregated worker, else
+        decode (it serves the tokens), else prefill."""
+        by_role = {c.role: c for c in reversed(self.workers())}
+        return next((by_role[r] for r in WORKER_ROLES if r in by_role), None)
 
 
 class Discovery(Aggregate):
@@ -56,6 +74,7 @@ class Discovery(Aggregate):
     sighting: Sighting
     state: DiscoveryState
     workload_id: str | None
+    present: bool  # the DynamoGraphDeployment still exists on the cluster
 
     @staticmethod
     def key_for(cluster_id: str, namespace: str, name: str) -> str:
@@ -67,10 +86,19 @@ class Discovery(Aggregate):
         key = cls.key_for(cluster_id, sighting.namespace, sighting.name)
         return cls._start(DiscoverySighted, key, cause, cluster_id=cluster_id, sighting=sighting)
 
-    def resight(self, cause: Cause, sighting: Sighting) -> None:
+    def resight(self, cause: Cause, sighting: Sighting) -> bool:
+        """True when the sighting changed something."""
         require_writer(cause, Writer.CLUSTER, "a sighting")
-        if sighting != self.sighting:
-            self._record(DiscoveryResighted, cause, sighting=sighting)
+        if sighting == self.sighting and self.present:
+            return False
+        self._record(DiscoveryResighted, cause, sighting=sighting)
+        return True
+
+    def vanish(self, cause: Cause) -> None:
+        """The DynamoGraphDeployment was deleted from the cluster."""
+        require_writer(cause, Writer.CLUSTER, "a sighting")
+        if self.present:
+            self._record(DiscoveryVanished, cause)
 
     def track(self, cause: Cause) -> None:
         self._decide(cause, DiscoveryState.TRACKED, DiscoveryTracked)
@@ -103,14 +131,19 @@ class DiscoverySighted(Created):
 
     def apply(self, d: Any) -> None:
         d.cluster_id, d.sighting = self.cluster_id, self.sighting
-        d.state, d.workload_id = DiscoveryState.SIGHTED, None
+        d.state, d.workload_id, d.present = DiscoveryState.SIGHTED, None, True
 
 
 class DiscoveryResighted(Event):
     sighting: Sighting
 
     def apply(self, d: Any) -> None:
-        d.sighting = self.sighting
+        d.sighting, d.present = self.sighting, True
+
+
+class DiscoveryVanished(Event):
+    def apply(self, d: Any) -> None:
+        d.present = False
 
 
 class DiscoveryTracked(Event):

@@ -26,6 +26,7 @@ class Replica(Aggregate):
     serving_digest: str
     engine_version: str
     terminated: bool
+    observed_version: int  # the cluster's ordering of the last observation applied (0: none)
 
     @classmethod
     def start(
@@ -38,6 +39,7 @@ class Replica(Aggregate):
         device_ids: tuple[str, ...],
         serving_digest: str,
         engine_version: str,
+        version: int = 0,
     ) -> Replica:
         require_writer(cause, Writer.CLUSTER, "a replica")
         if len(set(device_ids)) != len(device_ids):
@@ -52,6 +54,7 @@ class Replica(Aggregate):
             device_ids=device_ids,
             serving_digest=serving_digest,
             engine_version=engine_version,
+            version=version,
         )
 
     @staticmethod
@@ -59,15 +62,19 @@ class Replica(Aggregate):
         """Pod names may hold dots, which a NATS subject token cannot."""
         return f"{deployment_id}--{pod_name.replace('.', '-')}"
 
-    def mark_ready(self, cause: Cause) -> None:
+    def mark_ready(self, cause: Cause, *, version: int = 0) -> None:
         self._check_live(cause)
-        if not self.ready:
-            self._record(ReplicaReady, cause)
+        if not self.ready and self._fresh(version):
+            self._record(ReplicaReady, cause, version=version)
 
-    def mark_not_ready(self, cause: Cause) -> None:
+    def mark_not_ready(self, cause: Cause, *, version: int = 0) -> None:
         self._check_live(cause)
-        if self.ready:
-            self._record(ReplicaNotReady, cause)
+        if self.ready and self._fresh(version):
+            self._record(ReplicaNotReady, cause, version=version)
+
+    def _fresh(self, version: int) -> bool:
+        """An observation older than the last one applied is late news: ignore it."""
+        return not 0 < version < self.observed_version
 
     def terminate(self, cause: Cause) -> None:
         require_writer(cause, Writer.CLUSTER, "a replica")
@@ -88,21 +95,27 @@ class ReplicaStarted(Created):
     device_ids: tuple[str, ...]
     serving_digest: str
     engine_version: str
+    version: int = 0
 
     def apply(self, r: Any) -> None:
         r.deployment_id, r.name, r.node_id = self.deployment_id, self.name, self.node_id
         r.device_ids, r.serving_digest = self.device_ids, self.serving_digest
         r.engine_version, r.ready, r.terminated = self.engine_version, False, False
+        r.observed_version = self.version
 
 
 class ReplicaReady(Event):
+    version: int = 0
+
     def apply(self, r: Any) -> None:
-        r.ready = True
+        r.ready, r.observed_version = True, max(r.observed_version, self.version)
 
 
 class ReplicaNotReady(Event):
+    version: int = 0
+
     def apply(self, r: Any) -> None:
-        r.ready = False
+        r.ready, r.observed_version = False, max(r.observed_version, self.version)
 
 
 class ReplicaTerminated(Event):

@@ -63,15 +63,32 @@ class ServingConfig(Frozen):
 
     @model_validator(mode="after")
     def _footprint_holds_parallelism(self) -> ServingConfig:
-        needed = self.parallelism.tensor * self.parallelism.pipeline
+        """A replica's devices run whole engines: in disaggregated serving a replica is one
+        prefill and one decode worker with half of them each."""
+        workers = 2 if self.mode is ServingMode.DISAGGREGATED else 1
+        needed = self.parallelism.tensor * self.parallelism.pipeline * workers
         if self.devices_per_replica % needed:
+            engines = "2 workers x " if workers == 2 else ""
             raise ValueError(
                 f"devices_per_replica ({self.devices_per_replica}) must be a multiple of "
-                f"tensor x pipeline parallelism ({needed})"
+                f"{engines}tensor x pipeline parallelism ({needed})"
             )
         return self
+
+    @property
+    def devices_per_worker(self) -> int:
+        """The devices of one engine process: a prefill or decode worker gets half."""
+        return self.devices_per_replica // (2 if self.mode is ServingMode.DISAGGREGATED else 1)
 
     def digest(self) -> str:
         """A stable hash: equal configurations give equal digests, in any process."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return "svg_" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class ResourceRef(Frozen):
+    """A Kubernetes object by namespace and name, e.g. the DynamoGraphDeployment a deployment
+    was adopted from."""
+
+    namespace: Name
+    name: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)

@@ -14,6 +14,11 @@ RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
 JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
 
 
+def _first_phase(e: E) -> tuple[str, str | None]:
+    """A deployment the plane declares waits for admission; one adopted runs already."""
+    return ("pending", "awaiting_admission") if e["authority"] == "managed" else ("admitted", None)
+
+
 def workload_phase(phases: Iterable[str]) -> str:
     """running if all deployments are; failed if any failed; else the least advanced phase."""
     phases = list(phases)
@@ -51,7 +56,7 @@ class WorkloadPhase(Projection):
     @handles("DeploymentCreated")
     def _deployment(self, deployment_id: str, e: E) -> Keys:
         self.workload_of[deployment_id] = e["workload_id"]
-        return self._set(deployment_id, "pending")
+        return self._set(deployment_id, _first_phase(e)[0])
 
     @handles("AdmissionDecided")
     def _decided(self, deployment_id: str, e: E) -> Keys:
@@ -242,13 +247,16 @@ class QuotaUse(_Allocations):
 class DeploymentHealth(Projection):
     """Key: deployment id. Desired against ready replicas, the cluster's status (null until the
     cluster reports), live digests, drift for observed deployments, and the admission phase with
-    its reason and evidence (why a deployment is pending, as of any time)."""
+    its reason and evidence (why a deployment is pending, as of any time). While its cluster is
+    unreachable a deployment keeps its last status, flagged `stale`."""
 
     name = "deployment_health"
 
     def __init__(self) -> None:
         super().__init__()
         self.ready: dict[str, tuple[str, bool]] = {}  # replica id -> (deployment id, ready)
+        self.on_cluster: dict[str, list[str]] = {}  # cluster id -> deployment ids
+        self.unreachable: dict[str, bool] = {}  # cluster id -> True (a set does not checkpoint)
 
     @handles("DeploymentCreated")
     def _created(self, deployment_id: str, e: E) -> Keys:
@@ -267,10 +275,29 @@ class DeploymentHealth(Projection):
             "engine_args": list(e["engine_args"]),
             "imported_args": e["imported_args"],
             "drift": None,
-            "admission": self._admission("pending", "awaiting_admission", e),
+            "stale": e["cluster_id"] in self.unreachable,
+            "admission": self._admission(*_first_phase(e), e),
         }
+        self.on_cluster.setdefault(e["cluster_id"], []).append(deployment_id)
         self._judge(self.views[deployment_id])
         return (deployment_id,)
+
+    @handles("ClusterUnreachable")
+    def _unreachable(self, cluster_id: str, e: E) -> Keys:
+        self.unreachable[cluster_id] = True
+        return self._stale(cluster_id, True)
+
+    @handles("ClusterReachable")
+    def _reachable(self, cluster_id: str, e: E) -> Keys:
+        self.unreachable.pop(cluster_id, None)
+        return self._stale(cluster_id, False)
+
+    def _stale(self, cluster_id: str, stale: bool) -> Keys:
+        return [
+            d
+            for d in self.on_cluster.get(cluster_id, ())
+            if self.views[d]["stale"] != stale and self._set(d, "stale", stale)
+        ]
 
     @staticmethod
     def _admission(phase: str, reason: str | None, e: E, **details: Any) -> dict[str, Any]:
@@ -395,13 +422,19 @@ class Discovered(Projection):
             "cluster_id": e["cluster_id"],
             "state": "sighted",
             "workload_id": None,
+            "present": True,
             **e["sighting"],
         }
         return (discovery_id,)
 
     @handles("DiscoveryResighted")
     def _resighted(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id].update(e["sighting"])
+        self.views[discovery_id].update(e["sighting"], present=True)
+        return (discovery_id,)
+
+    @handles("DiscoveryVanished")
+    def _vanished(self, discovery_id: str, e: E) -> Keys:
+        self.views[discovery_id]["present"] = False
         return (discovery_id,)
 
     @handles("DiscoveryTracked")

@@ -1,13 +1,17 @@
-"""Render commands: the desired state an operator reconciles, per managed deployment.
+"""Render commands: the desired state an operator reconciles, per deployment.
 
 Key: `<cluster>.<deployment>`, published on `wingsmith.render.<cluster>.<deployment>` (stream
-`WINGSMITH_RENDER`, the latest value per subject). A deployment appears once admission has
-granted it devices, with as many replicas as the grant covers; every later change to what
+`WINGSMITH_RENDER`, the latest value per subject). A managed deployment appears once admission
+has granted it devices, with as many replicas as the grant covers; every later change to what
 should run there (scale, serving configuration, engine arguments, enabling) publishes the whole
-object again. Observed deployments never appear: the plane does not write to what it only
-observes, until a promotion makes one managed. Disabling renders zero replicas: the operator
-scales to zero and keeps the DynamoGraphDeployment. So does a failure the cluster reports: it
-releases the grant, and the deployment runs again once admission has started over.
+object again. Disabling renders zero replicas: the operator scales to zero and keeps the
+DynamoGraphDeployment. So does a failure the cluster reports: it releases the grant, and the
+deployment runs again once admission has started over.
+
+An observed deployment (adopted from a DynamoGraphDeployment the plane did not render) appears
+at once with `authority: observed` and the object it was adopted from, so the operator can
+report its replicas; the operator never writes for it. Once promoted, it stays as it was until
+admission has granted what it runs, so the first managed render asks for what already runs.
 """
 
 from __future__ import annotations
@@ -44,13 +48,18 @@ class Render(Projection):
             "enabled": True,
             "managed": e["authority"] == "managed",
             "admitted": False,
+            "adopted": e.get("adopted"),
+            "promoting": False,  # promoted, and not admitted since
         }
-        return ()
+        return () if self.desired[deployment_id]["managed"] else self._set(deployment_id)
 
     @handles("AdmissionDecided")
     def _admission(self, deployment_id: str, e: E) -> Keys:
         admitted = e["reason"] is None
-        return self._set(deployment_id, granted_devices=e.get("devices", 0), admitted=admitted)
+        fields: dict[str, Any] = {"granted_devices": e.get("devices", 0), "admitted": admitted}
+        if admitted:
+            fields["promoting"] = False
+        return self._set(deployment_id, **fields)
 
     @handles("DeploymentFailed")
     def _failed(self, deployment_id: str, e: E) -> Keys:
@@ -84,7 +93,7 @@ class Render(Projection):
 
     @handles("AuthorityPromoted")
     def _promoted(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, managed=True)
+        return self._set(deployment_id, managed=True, promoting=True)
 
     def _set(self, deployment_id: str, **fields: Any) -> Keys:
         d = self.desired.get(deployment_id)
@@ -92,8 +101,8 @@ class Render(Projection):
             return ()
         d.update(fields)
         key = f"{d['cluster_id']}.{deployment_id}"
-        if not d["managed"] or (key not in self.views and not d["admitted"]):
-            return ()  # observed, or never admitted: nothing for the operator to do
+        if d["promoting"] or (d["managed"] and key not in self.views and not d["admitted"]):
+            return ()  # not admitted (since its promotion): nothing for the operator to do
         view = self._render(d)
         if self.views.get(key) == view:
             return ()
@@ -104,7 +113,7 @@ class Render(Projection):
     def _render(d: dict[str, Any]) -> dict[str, Any]:
         """The object the operator receives: what should run, and how many replicas of it."""
         per_replica = d["serving"]["devices_per_replica"]
-        covered = d["granted_devices"] // per_replica if per_replica else 0
+        covered = d["granted_devices"] // per_replica if d["managed"] else d["desired_replicas"]
         replicas = min(d["desired_replicas"], covered) if d["enabled"] else 0
         return {
             "deployment_id": d["deployment_id"],
@@ -118,4 +127,6 @@ class Render(Projection):
             "engine_args": d["engine_args"],
             "replicas": replicas,
             "enabled": d["enabled"],
+            "authority": "managed" if d["managed"] else "observed",
+            "adopted": d["adopted"],
         }

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
+from adapters.simulated import SimNode, SimulatedCluster
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import ingest
+from services.liveness import Liveness
+from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
 from services.relay import Relay
 from services.scheduler import Scheduler
@@ -78,18 +81,52 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
-        if relay is not None:  # observations are handled in one place, in publication order
-            observations = ingest(lambda: nats_bus.observation_batches(nc), commands.execute)
-            tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
+        liveness: Liveness | None = None
         if relay is not None and settings.admission:
             scheduler = scheduler_process(store, relay, commands)
             relay.on_published = scheduler.published
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
+            liveness = Liveness(
+                commands.execute,
+                lambda: {
+                    c: scheduler.ledger.reachable.get(c, True) for c in scheduler.ledger.operated
+                },
+                settings.cluster_silence,
+            )
+            tasks["liveness"] = asyncio.create_task(liveness.run(), name="wingsmith-liveness")
+        if relay is not None:  # observations are handled in one place, in publication order
+            observations = ingest(
+                lambda: nats_bus.observation_batches(nc),
+                commands.execute,
+                liveness.heard if liveness else lambda cluster_id: None,
+            )
+            tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
             yield Hub(url, nc, store, commands, relay, list(tasks.values()))
         finally:
             await _shut_down(subscription, commands, relay, tasks)
+
+
+@contextlib.asynccontextmanager
+async def simulated_operators(
+    nc: nats_bus.Connection, clusters: dict[str, list[SimNode]], *, ready_after: float = 1.0
+) -> AsyncIterator[dict[str, SimulatedCluster]]:
+    """An operator on a simulated cluster for each entry, for as long as the block runs."""
+    simulated = {
+        cluster_id: SimulatedCluster(cluster_id, nodes, ready_after=ready_after)
+        for cluster_id, nodes in clusters.items()
+    }
+    tasks = []
+    for cluster_id, cluster in simulated.items():
+        options = OperatorOptions(cluster_id=cluster_id, simulated=True)
+        tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
+        tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))
+    try:
+        yield simulated
+    finally:
+        for task in tasks:
+            await _cancel(task)
 
 
 def scheduler_process(store: StoreThread, relay: Relay, commands: CommandService) -> Scheduler:
@@ -171,7 +208,11 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
-    for sender in ("ingest", "scheduler"):  # they send commands: stop them before they close
+    for sender in (
+        "ingest",
+        "scheduler",
+        "liveness",
+    ):  # they send commands: stop them before they close
         if sender in tasks:
             await _cancel(tasks[sender])
     commands.close()

@@ -13,18 +13,25 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
+from adapters.kube import Kube
+from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
 from projections.audit import Entry, Timeline
 from projections.fleet import PROJECTIONS
-from services.bootstrap import running_hub, running_projector
-from services.commands import json_schemas
+from services.bootstrap import running_hub, running_projector, simulated_operators
+from services.commands import NAME, json_schemas
 from services.config import Settings
+from services.operator.dgd import render_yaml
+from services.operator.inspect import inspect_dgd, load_manifest
+from services.operator.kube import KubeBackend
+from services.operator.runtime import Backend, OperatorOptions, run_operator
 from services.projector import as_of, compare, rebuild
 
 
@@ -49,7 +56,70 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="run the hub until SIGINT/SIGTERM")
+    up.add_argument(
+        "--simulated",
+        action="append",
+        default=[],
+        type=_simulated_cluster,
+        metavar="ID=SPEC",
+        help="also run an operator on a simulated cluster, e.g. east=2x8:H100@rack-a "
+        "(nodes: [COUNTx]GPUS:CLASS[@DOMAIN], comma-separated); repeatable",
+    )
+    up.add_argument(
+        "--demo",
+        action="store_true",
+        help="with --simulated: set a quota and create a workload, and print every "
+        "deployment's phase as it changes",
+    )
     up.set_defaults(run=_up)
+
+    operator = sub.add_parser(
+        "operator", help="run the operator of one cluster until SIGINT/SIGTERM"
+    )
+    operator.add_argument("--cluster-id", required=True, type=_name, metavar="ID")
+    where = operator.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig", metavar="PATH", help="the cluster's kubeconfig")
+    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    where.add_argument(
+        "--simulated",
+        metavar="SPEC",
+        help="no Kubernetes: nodes as [COUNTx]GPUS:CLASS[@DOMAIN],...",
+    )
+    operator.add_argument(
+        "--namespace", default="wingsmith", help="where rendered DynamoGraphDeployments go"
+    )
+    operator.add_argument(
+        "--api-version",
+        choices=["nvidia.com/v1beta1", "nvidia.com/v1alpha1"],
+        default="nvidia.com/v1beta1",
+        help="the DynamoGraphDeployment version to render (v1alpha1: older Dynamo operators)",
+    )
+    operator.set_defaults(run=_operator)
+
+    render = sub.add_parser(
+        "render", help="print the DynamoGraphDeployment (YAML) for a Deployment object (JSON)"
+    )
+    render.add_argument("file", help="a render object as published on wingsmith.render.>")
+    render.add_argument("--namespace", default="wingsmith")
+    render.add_argument(
+        "--api-version",
+        choices=["nvidia.com/v1beta1", "nvidia.com/v1alpha1"],
+        default="nvidia.com/v1beta1",
+    )
+    render.set_defaults(run=_render)
+
+    inspect = sub.add_parser(
+        "inspect-dgd", help="print what runs in a DynamoGraphDeployment manifest, as JSON"
+    )
+    inspect.add_argument("file", help="a DynamoGraphDeployment (YAML or JSON; v1alpha1 or v1beta1)")
+    inspect.set_defaults(run=_inspect_dgd)
+
+    fault = sub.add_parser("sim-fault", help="inject a fault into a simulated cluster")
+    fault.add_argument("cluster_id", metavar="CLUSTER")
+    fault.add_argument("fault", choices=["node_loss", "node_restore", "image_pull", "clear"])
+    fault.add_argument("--node", help="for node_loss and node_restore")
+    fault.add_argument("--deployment", help="for image_pull and clear")
+    fault.set_defaults(run=_sim_fault)
 
     projector = sub.add_parser("projector", help="run the projector (`up` starts one itself)")
     projector.set_defaults(run=_projector)
@@ -123,18 +193,117 @@ async def _up(args: argparse.Namespace) -> int:
     gc.set_threshold(50_000, 20, 20)
     settings = Settings.from_env()
     stop = _stop_on_signals()
-    async with running_hub(settings) as hub:
+    async with contextlib.AsyncExitStack() as stack:
+        hub = await stack.enter_async_context(running_hub(settings))
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
+        tasks = list(hub.tasks)
+        if args.simulated:
+            clusters = dict(args.simulated)
+            await stack.enter_async_context(simulated_operators(hub.nc, clusters))
+            names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
+            print(f"simulated clusters: {names}", flush=True)
+        if args.demo:
+            tasks.append(asyncio.create_task(_phases(hub.nc), name="wingsmith-phases"))
+            await _demo(hub.nc, dict(args.simulated))
         stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
-        await asyncio.wait([stopping, *hub.tasks], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
-        failed = [t for t in hub.tasks if t.done()]
+        failed = [t for t in tasks if t.done()]
         for task in failed:
             error = task.exception() if not task.cancelled() else None
             logging.error("%s stopped unexpectedly: %r; shutting down", task.get_name(), error)
+        for task in tasks[len(hub.tasks) :]:
+            task.cancel()
         print("wingsmith hub stopping", flush=True)
     return 1 if failed else 0
+
+
+def _simulated_cluster(text: str) -> tuple[str, list[SimNode]]:
+    cluster_id, _, spec = text.partition("=")
+    try:
+        return _name(cluster_id), nodes_from_spec(cluster_id, spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text}: {e}") from None
+
+
+def _name(text: str) -> str:
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a cluster id is a DNS label (a-z, 0-9, -)")
+    return text
+
+
+def _devices(nodes: list[SimNode]) -> str:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.device_class] = counts.get(node.device_class, 0) + node.devices
+    return ", ".join(f"{n} {device_class}" for device_class, n in counts.items())
+
+
+async def _demo(nc: nats_bus.Connection, clusters: dict[str, list[SimNode]]) -> None:
+    """A quota and a workload big enough to use every simulated cluster: placement, admission
+    and the replicas' readiness show in the phases printed."""
+    device_class = next(iter(clusters.values()))[0].device_class
+    total = sum(
+        n.devices for nodes in clusters.values() for n in nodes if n.device_class == device_class
+    )
+    commands = [
+        ("project.set_quota", {"project": "demo", "device_class": device_class, "devices": total}),
+        (
+            "workload.create",
+            {
+                "workload_id": "demo-llama",
+                "project": "demo",
+                "device_class": device_class,
+                "replicas": max(1, total // 2 - 1),
+                "serving": {
+                    "model": "meta-llama/Llama-3.1-8B-Instruct",
+                    "backend": "vllm",
+                    "engine_version": "0.4.1",
+                    "devices_per_replica": 2,
+                    "parallelism": {"tensor": 2},
+                },
+            },
+        ),
+    ]
+    for subject, body in commands:
+        body["command_id"] = f"demo-{subject}"
+        for _ in range(50):  # the hub answers once its command service runs
+            try:
+                reply = orjson.loads(
+                    await nats_bus.request(nc, f"wingsmith.cmd.{subject}", orjson.dumps(body), 2.0)
+                )
+                break
+            except nats_bus.NatsError:
+                await asyncio.sleep(0.2)
+        print(f"demo: {subject}: {'ok' if reply.get('ok') else reply.get('error')}", flush=True)
+
+
+PHASE_EVENTS = {
+    "DeploymentCreated": "pending",
+    "DeploymentPlaced": "placed",
+    "DeploymentRunning": "running",
+    "DeploymentFailed": "failed",
+}
+
+
+async def _phases(nc: nats_bus.Connection) -> None:
+    """Print each deployment's admission phase as it changes."""
+    phases: dict[str, str] = {}
+    stream = nats_bus.read_stream(
+        nc, nats_bus.EVENTS_STREAM, "wingsmith.evt.deployment.>", follow=True, start=1
+    )
+    async for message in stream:
+        e = orjson.loads(message.data)
+        inner = e["event"]
+        phase = inner.get("phase") or PHASE_EVENTS.get(e["type"])
+        if phase is None or phases.get(e["aggregate_id"]) == phase:
+            continue
+        before = phases.get(e["aggregate_id"])
+        phases[e["aggregate_id"]] = phase
+        why = inner.get("reason") or (f"{inner['devices']} devices" if inner.get("devices") else "")
+        arrow = f"{before} -> {phase}" if before else phase
+        print(f"deployment {e['aggregate_id']}: {arrow}" + (f" ({why})" if why else ""), flush=True)
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -151,6 +320,75 @@ async def _projector(args: argparse.Namespace) -> int:
     async with running_projector(Settings.from_env()):
         await stop.wait()
     return 0
+
+
+async def _operator(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    stop = _stop_on_signals()
+    options = OperatorOptions(
+        cluster_id=args.cluster_id,
+        read_only=settings.operator_read_only,
+        simulated=bool(args.simulated),
+    )
+    nc = await nats_bus.connect_operator(settings.resolved_nats_url(), args.cluster_id)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if args.simulated:
+                cluster = SimulatedCluster(
+                    args.cluster_id, nodes_from_spec(args.cluster_id, args.simulated)
+                )
+                backend: Backend = cluster
+                faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")
+                stack.callback(faults.cancel)
+            else:
+                kube = await stack.enter_async_context(
+                    Kube(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
+                )
+                backend = KubeBackend(
+                    kube,
+                    args.cluster_id,
+                    args.namespace,
+                    read_only=options.read_only,
+                    api_version=args.api_version,
+                )
+            running = asyncio.create_task(run_operator(nc, backend, options), name="operator")
+            mode = "read-only" if options.read_only else "read-write"
+            print(f"wingsmith operator for {args.cluster_id} ready ({mode})", flush=True)
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (running, stopping):
+                task.cancel()
+            await asyncio.gather(running, stopping, return_exceptions=True)
+    finally:
+        await nc.close()
+    return 0
+
+
+async def _render(args: argparse.Namespace) -> int:
+    try:
+        desired = orjson.loads(Path(args.file).read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"{args.file}: not JSON: {e}") from None
+    print(render_yaml(desired, namespace=args.namespace, api_version=args.api_version), end="")
+    return 0
+
+
+async def _inspect_dgd(args: argparse.Namespace) -> int:
+    manifest = load_manifest(Path(args.file).read_text())
+    summary = inspect_dgd(manifest).summary()
+    print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+async def _sim_fault(args: argparse.Namespace) -> int:
+    body = {"fault": args.fault, "node": args.node, "deployment_id": args.deployment}
+    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    try:
+        reply = await nats_bus.request(nc, fault_subject(args.cluster_id), orjson.dumps(body), 5.0)
+    finally:
+        await nc.close()
+    print(reply.decode())
+    return 0 if orjson.loads(reply).get("ok") else 1
 
 
 async def _cmd(args: argparse.Namespace) -> int:

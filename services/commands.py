@@ -7,16 +7,19 @@ handler, and carries a client-chosen `command_id` that makes resending it harmle
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from domain.admission import Decision, Placement
 from domain.base import Writer
-from domain.cluster import Node
+from domain.cluster import Node, OperatorInfo
 from domain.deployment import DeploymentStatus
+from domain.discovery import Sighting
 from domain.values import DeviceClass, EngineArg, Name, ServingConfig
 
+NAME = re.compile(r"(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # what `Name` accepts
 CommandId = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][-_.:A-Za-z0-9]*$", min_length=1, max_length=128)
 ]
@@ -189,6 +192,7 @@ class ObserveReplica(Command):
     serving_digest: str = Field(min_length=1, max_length=64)
     engine_version: str = Field(min_length=1, max_length=64)
     state: Literal["started", "ready", "not_ready", "terminated"]
+    version: int = Field(default=0, ge=0, description="The cluster's ordering; 0: none")
 
 
 class ObserveDeployment(Command):
@@ -201,6 +205,88 @@ class ObserveDeployment(Command):
     deployment_id: DeploymentRef
     status: DeploymentStatus | None = None
     live_digests: dict[Annotated[str, StringConstraints(max_length=64)], int] | None = None
+    version: int = Field(default=0, ge=0, description="The cluster's ordering; 0: none")
+
+
+class ObserveAction(Command):
+    """Internal: what an operator wrote to its cluster for a deployment, or would have
+    written (`performed` false: the deployment is observed, or the operator is read-only)."""
+
+    subject = "deployment.observe_action"
+    writer = Writer.CLUSTER
+    cluster_id: Name
+    deployment_id: DeploymentRef
+    verb: Literal["create", "patch", "delete"]
+    namespace: Name
+    name: str = Field(min_length=1, max_length=253)
+    performed: bool
+    reason: str = Field(max_length=256)
+
+
+class ObserveHeartbeat(Command):
+    """Internal: an operator says it is alive. A cluster the hub has not heard of is
+    registered by its first heartbeat: only its own operator may publish for it."""
+
+    subject = "cluster.heartbeat"
+    writer = Writer.CLUSTER
+    cluster_id: Name
+    operator: OperatorInfo
+
+
+class ObserveDiscovery(Command):
+    """Internal: a DynamoGraphDeployment the plane did not render, as the operator read it;
+    no sighting means it was deleted."""
+
+    subject = "discovery.observe"
+    writer = Writer.CLUSTER
+    cluster_id: Name
+    namespace: Name
+    name: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
+    sighting: Sighting | None = None
+
+    @model_validator(mode="after")
+    def _names_match(self) -> ObserveDiscovery:
+        if self.sighting and (self.sighting.namespace, self.sighting.name) != (
+            self.namespace,
+            self.name,
+        ):
+            raise ValueError("sighting names another object than namespace and name")
+        return self
+
+
+DiscoveryRef = Annotated[str, StringConstraints(min_length=1, max_length=400)]
+
+
+class TrackDiscovery(Command):
+    """Keep a discovered model in the inventory, observed only; no deployment is created."""
+
+    subject = "discovery.track"
+    discovery_id: DiscoveryRef
+
+
+class IgnoreDiscovery(Command):
+    """Mark a discovered model as not interesting: it leaves the default list."""
+
+    subject = "discovery.ignore"
+    discovery_id: DiscoveryRef
+
+
+class PromoteDiscovery(Command):
+    """Adopt a discovered model: a workload pinned to its cluster with one observed
+    deployment. What the manifest does not say is taken from `serving` and `device_class`."""
+
+    subject = "discovery.promote"
+    discovery_id: DiscoveryRef
+    project: Name
+    workload_id: Name | None = Field(
+        default=None, description="Defaults to the DynamoGraphDeployment's name"
+    )
+    device_class: DeviceClass | None = Field(
+        default=None, description="Defaults to the cluster's one device class"
+    )
+    serving: ServingConfig | None = Field(
+        default=None, description="Defaults to what the manifest says"
+    )
 
 
 COMMANDS: dict[str, type[Command]] = {
@@ -216,6 +302,9 @@ COMMANDS: dict[str, type[Command]] = {
         DisableDeployment,
         SetEngineArgs,
         PromoteAuthority,
+        TrackDiscovery,
+        IgnoreDiscovery,
+        PromoteDiscovery,
     )
 }
 

@@ -22,6 +22,7 @@ class Settings:
     projector: bool = True  # `up` starts the projector process
     admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1
+    cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -32,6 +33,13 @@ class Settings:
         replicas = env.get("WINGSMITH_STREAM_REPLICAS", "1")
         if replicas not in {"1", "3", "5"}:
             raise ValueError("WINGSMITH_STREAM_REPLICAS must be 1, 3 or 5")
+        silence = env.get("WINGSMITH_CLUSTER_SILENCE", "30")
+        try:
+            cluster_silence = float(silence)
+        except ValueError:
+            cluster_silence = 0.0
+        if not 1 <= cluster_silence <= 86_400:
+            raise ValueError("WINGSMITH_CLUSTER_SILENCE must be a number of seconds, 1 to 86400")
         return cls(
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
@@ -44,6 +52,7 @@ class Settings:
             admission=(env.get("WINGSMITH_ADMISSION") or "true").lower()
             not in {"0", "false", "no", "off"},
             stream_replicas=int(replicas),
+            cluster_silence=cluster_silence,
         )
 
     @property

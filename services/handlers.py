@@ -9,11 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from pydantic import ValidationError
+
 from domain.base import Aggregate, AlreadyExists, Cause, DomainError, InvalidValue, NotFound
 from domain.cluster import Cluster
 from domain.deployment import AdmissionPhase, AdmissionReason, Authority, ClusterPhase, Deployment
+from domain.discovery import Discovery, DiscoveryState
 from domain.project import Project
 from domain.replica import Replica
+from domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode
 from domain.workload import Workload
 from services import commands as c
 
@@ -212,13 +216,14 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
             device_ids=tuple(cmd.device_ids),
             serving_digest=cmd.serving_digest,
             engine_version=cmd.engine_version,
+            version=cmd.version,
         )
         repo.add(replica)
     if not replica.terminated:  # a terminated replica stays terminated: later news is older
         if cmd.state == "ready":
-            replica.mark_ready(cause)
+            replica.mark_ready(cause, version=cmd.version)
         elif cmd.state == "not_ready":
-            replica.mark_not_ready(cause)
+            replica.mark_not_ready(cause, version=cmd.version)
         elif cmd.state == "terminated":
             replica.terminate(cause)
     if not replica.terminated and replica.device_ids:
@@ -230,22 +235,166 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
 
 def observe_deployment(repo: Repository, cmd: c.ObserveDeployment, cause: Cause) -> dict[str, Any]:
     """The cluster's status of a deployment: recorded as it is, and a failure or a deployment
-    with no ready replica left moves the admission phase."""
+    with no ready replica left moves the admission phase. A report older than the last one
+    recorded (by the cluster's `version`) changes nothing."""
     deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
-    if cmd.status is not None:
-        deployment.observe_status(cause, cmd.status)
-        if cmd.status.phase is ClusterPhase.FAILED:
-            reason = cmd.status.reason or "Failed"
-            deployment.mark_failed(cause, reason, cmd.status.message or reason)
-        elif (
-            cmd.status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING
-        ):
+    status = cmd.status
+    if status is not None and deployment.observe_status(cause, status, version=cmd.version):
+        if status.phase is ClusterPhase.FAILED:
+            reason = status.reason or "Failed"
+            deployment.mark_failed(cause, reason, status.message or reason)
+        elif status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING:
             deployment.mark_placed(cause)  # allocated, but nothing serves now
-        elif cmd.status.ready_replicas:
+        elif status.ready_replicas:
             _advance(deployment, cause, AdmissionPhase.RUNNING)
     if cmd.live_digests is not None:
-        deployment.observe_live_digests(cause, dict(cmd.live_digests))
+        deployment.observe_live_digests(cause, dict(cmd.live_digests), version=cmd.version)
     return {"deployment_id": deployment.key, "admission_phase": deployment.admission_phase.value}
+
+
+def observe_action(repo: Repository, cmd: c.ObserveAction, cause: Cause) -> dict[str, Any]:
+    deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
+    deployment.record_operator_action(
+        cause,
+        verb=cmd.verb,
+        target=f"{cmd.namespace}/{cmd.name}",
+        performed=cmd.performed,
+        reason=cmd.reason,
+    )
+    return {"deployment_id": deployment.key}
+
+
+def observe_heartbeat(repo: Repository, cmd: c.ObserveHeartbeat, cause: Cause) -> dict[str, Any]:
+    cluster = repo.get(Cluster, cmd.cluster_id)
+    if cluster is None:
+        cluster = Cluster.register(cause, cmd.cluster_id, None, {})
+        repo.add(cluster)
+    cluster.hear_operator(cause, cmd.operator)
+    return {"cluster_id": cluster.key, "reachable": cluster.reachable}
+
+
+def observe_discovery(repo: Repository, cmd: c.ObserveDiscovery, cause: Cause) -> dict[str, Any]:
+    """A model found running that the plane did not render; once promoted, what the engine
+    runs with is recorded on its deployment as imported_args."""
+    key = Discovery.key_for(cmd.cluster_id, cmd.namespace, cmd.name)
+    discovery = repo.get(Discovery, key)
+    if cmd.sighting is None:
+        if discovery is not None:
+            discovery.vanish(cause)
+        return {"discovery_id": key}
+    if discovery is None:
+        discovery = Discovery.sight(cause, cmd.cluster_id, cmd.sighting)
+        repo.add(discovery)
+    elif discovery.resight(cause, cmd.sighting) and discovery.workload_id is not None:
+        primary = cmd.sighting.primary()
+        deployment_key = Deployment.key_for(discovery.workload_id, cmd.cluster_id)
+        deployment = repo.get(Deployment, deployment_key)
+        if primary is not None and deployment is not None:
+            deployment.observe_imported_args(cause, primary.imported_args)
+    return {"discovery_id": key, "state": discovery.state.value}
+
+
+def track_discovery(repo: Repository, cmd: c.TrackDiscovery, cause: Cause) -> dict[str, Any]:
+    discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
+    discovery.track(cause)
+    return {"discovery_id": discovery.key, "state": discovery.state.value}
+
+
+def ignore_discovery(repo: Repository, cmd: c.IgnoreDiscovery, cause: Cause) -> dict[str, Any]:
+    discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
+    discovery.ignore(cause)
+    return {"discovery_id": discovery.key, "state": discovery.state.value}
+
+
+def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -> dict[str, Any]:
+    """Adopt what runs: a workload pinned to the cluster, with one observed deployment that
+    records the engine's arguments as imported_args. Nothing on the cluster changes."""
+    discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
+    if discovery.state is DiscoveryState.PROMOTED:
+        raise AlreadyExists(
+            f"discovery {discovery.key!r} was promoted to workload {discovery.workload_id!r}",
+            field="discovery_id",
+        )
+    if not discovery.present:
+        raise InvalidValue("the model is no longer running on its cluster", field="discovery_id")
+    sighting = discovery.sighting
+    primary = sighting.primary()
+    if primary is None:
+        raise InvalidValue("the sighting has no worker to adopt", field="discovery_id")
+    workload_id = cmd.workload_id or sighting.name
+    if not c.NAME.fullmatch(workload_id):
+        raise InvalidValue(
+            f"{workload_id!r} is not a valid workload id: give workload_id", field="workload_id"
+        )
+    if repo.get(Workload, workload_id) is not None:
+        raise AlreadyExists(f"workload {workload_id!r} already exists", field="workload_id")
+    _require(repo, Project, cmd.project, "project")
+    cluster = _require(repo, Cluster, discovery.cluster_id, "discovery_id")
+    serving = cmd.serving or _serving_of(discovery)
+    workload = Workload.create(
+        cause,
+        workload_id,
+        project=cmd.project,
+        device_class=cmd.device_class or _one_device_class(cluster),
+        serving=serving,
+        replicas=primary.replicas,
+        cluster_pin=cluster.key,
+    )
+    repo.add(workload)
+    deployment = Deployment.create(
+        cause,
+        workload_id=workload.key,
+        cluster_id=cluster.key,
+        project=workload.project,
+        device_class=workload.device_class,
+        serving=serving,
+        desired_replicas=primary.replicas,
+        authority=Authority.OBSERVED,
+        imported_args=primary.imported_args,
+        adopted=ResourceRef(namespace=sighting.namespace, name=sighting.name),
+    )
+    repo.add(deployment)
+    workload.attach_deployment(cause, cluster.key, deployment.key)
+    discovery.promote(cause, workload.key)
+    return _workload_result(workload) | {"discovery_id": discovery.key}
+
+
+def _serving_of(discovery: Discovery) -> ServingConfig:
+    """The serving configuration a sighting implies; what it leaves out must be given."""
+    s = discovery.sighting
+    for field, value in (("backend", s.backend), ("model", s.model)):
+        if value is None:
+            raise InvalidValue(f"the manifest does not say the {field}: give serving", field=field)
+    disaggregated = bool({component.role for component in s.workers()} & {"prefill", "decode"})
+    primary = s.primary()
+    try:
+        return ServingConfig(
+            model=s.model,
+            backend=s.backend,
+            engine_version=s.engine_version or "unknown",
+            image=s.image,
+            mode=ServingMode.DISAGGREGATED if disaggregated else ServingMode.AGGREGATED,
+            devices_per_replica=primary.gpus_per_replica if primary else 0,
+            parallelism=Parallelism(tensor=s.tensor_parallel or 1),
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "serving"
+        raise InvalidValue(
+            f"the manifest implies an invalid serving config ({where}: {first['msg']}): "
+            "give serving",
+            field=f"serving.{where}",
+        ) from None
+
+
+def _one_device_class(cluster: Cluster) -> str:
+    classes = sorted(cluster.devices())
+    if len(classes) != 1:
+        raise InvalidValue(
+            f"cluster {cluster.key!r} has device classes {classes}: give device_class",
+            field="device_class",
+        )
+    return classes[0]
 
 
 def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployment:
@@ -306,4 +455,10 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.SetClusterReachability: set_cluster_reachability,
     c.ObserveReplica: observe_replica,
     c.ObserveDeployment: observe_deployment,
+    c.ObserveHeartbeat: observe_heartbeat,
+    c.ObserveAction: observe_action,
+    c.ObserveDiscovery: observe_discovery,
+    c.TrackDiscovery: track_discovery,
+    c.IgnoreDiscovery: ignore_discovery,
+    c.PromoteDiscovery: promote_discovery,
 }

@@ -27,6 +27,9 @@ KINDS: dict[str, type[c.Command]] = {
     "replica": c.ObserveReplica,
     "deployment": c.ObserveDeployment,
     "inventory": c.ReportInventory,
+    "discovery": c.ObserveDiscovery,
+    "heartbeat": c.ObserveHeartbeat,
+    "action": c.ObserveAction,
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
 _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
@@ -63,20 +66,25 @@ def parse(subject: str, data: bytes, msg_id: str) -> c.Command:
 
 
 Execute = Callable[[c.Command], Awaitable[dict[str, Any]]]
+Heard = Callable[[str], None]  # called with the cluster id of each heartbeat handled
 
 
-async def ingest(batches: Callable[[], AsyncIterator[list[Delivery]]], execute: Execute) -> None:
+async def ingest(
+    batches: Callable[[], AsyncIterator[list[Delivery]]],
+    execute: Execute,
+    heard: Heard = lambda cluster_id: None,
+) -> None:
     """Follow the observations for as long as the hub runs; after a failure, start again from
     the first one not acknowledged."""
     while True:
         try:
-            await _ingest(batches(), execute)
+            await _ingest(batches(), execute, heard)
         except Exception as e:
             log.warning("observations: %s: %s; resuming", type(e).__name__, e)
             await asyncio.sleep(0.5)
 
 
-async def _ingest(batches: AsyncIterator[list[Delivery]], execute: Execute) -> None:
+async def _ingest(batches: AsyncIterator[list[Delivery]], execute: Execute, heard: Heard) -> None:
     """Run every batch's observations in one go, then settle each: done or refused for good,
     or to be redelivered when the hub could not handle it now."""
     async for batch in batches:
@@ -98,4 +106,6 @@ async def _ingest(batches: AsyncIterator[list[Delivery]], execute: Execute) -> N
                 continue
             if not reply.get("ok"):
                 log.warning("observation %s refused: %s", command.command_id, error)
+            elif isinstance(command, c.ObserveHeartbeat):
+                heard(command.cluster_id)
             await delivery.ack()

@@ -4,9 +4,7 @@ scaling and a rollout, checked against the event history each deployment ends up
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from nats.aio.client import Client
 from adapters import nats_bus
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.simulated import SimNode, SimulatedCluster
-from services.bootstrap import running_hub
+from services.bootstrap import running_hub, simulated_operators
 from services.config import Settings
 
 from .conftest import LLAMA, send_until_answered, wait_for
@@ -87,19 +85,9 @@ class Fleet:
         return digests
 
 
-@contextlib.asynccontextmanager
-async def simulated(nc: Client) -> AsyncIterator[dict[str, SimulatedCluster]]:
-    clusters = {
-        name: SimulatedCluster(nc, name, [SimNode(f"{name}-n1", "H100", devices)], ready_after=0.15)
-        for name, devices in CLUSTERS.items()
-    }
-    tasks = [asyncio.create_task(c.run()) for c in clusters.values()]
-    try:
-        yield clusters
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def simulated(nc: Client) -> contextlib.AbstractAsyncContextManager[dict[str, SimulatedCluster]]:
+    nodes = {name: [SimNode(f"{name}-n1", "H100", devices)] for name, devices in CLUSTERS.items()}
+    return simulated_operators(nc, nodes, ready_after=0.15)
 
 
 async def test_three_clusters_two_projects_placement_admission_and_a_rollout(

@@ -80,14 +80,17 @@ def test_every_change_to_what_should_run_publishes_the_whole_object() -> None:
     )
 
 
-def test_observed_deployments_are_never_rendered_until_promoted() -> None:
+def test_an_observed_deployment_is_rendered_as_observed_and_managed_only_once_admitted() -> None:
     given = Given(Authority.OBSERVED)
+    assert [(v or {}).get("authority") for v in given.published] == ["observed"]
+    assert given.published[0] is not None and given.published[0]["replicas"] == 3
     given.d.observe_imported_args(CLUSTER, ())  # engine_args () now equal the imported ones
-    given.admit(6)
-    assert given.published == []
     given.d.promote_authority(PLANE)
     given.flush()
-    assert given.published[-1] is not None and given.published[-1]["replicas"] == 3
+    assert len(given.published) == 1  # promoted, not admitted: the operator keeps off it
+    given.admit(4)  # the grant covers 2 of its 3 replicas
+    assert given.published[-1] is not None
+    assert (given.published[-1]["authority"], given.published[-1]["replicas"]) == ("managed", 2)
 
 
 def test_a_rollout_waiting_for_its_previous_generation_renders_the_new_one_inside_the_grant() -> (

@@ -1,0 +1,205 @@
+"""Who may say what on NATS: the nats-server configuration that makes the server itself enforce
+that an operator publishes only its own cluster's observations and reads only its own cluster's
+render messages, whatever its code does.
+
+Everything lives in one account, `WINGSMITH`, because the operators read the hub's streams:
+JetStream across accounts would need exports and imports of API subjects per consumer, while
+per-user permissions in one account express the same rules directly. The hub is the trusted
+control plane and may do anything in the account. Each operator gets an allow list: its own
+observation subjects, the JetStream API subjects of its own durable consumer on the render stream
+(and nothing that reads a stream any other way), and its own inbox prefix. Clients get the
+reading API, and optionally the command subjects.
+
+Pure: it only produces text, so a test can start a real server with it and production can write
+the same text into its configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ACCOUNT = "WINGSMITH"
+RENDER_STREAM = "WINGSMITH_RENDER"  # the names of adapters.nats_bus's contract, kept in step
+OBS_STREAM = "WINGSMITH_OBS"
+RENDER_PREFIX = "wingsmith.render"
+OBS_PREFIX = "wingsmith.obs"
+COMMAND_SUBJECTS = "wingsmith.cmd.>"
+
+# A DNS label, as domain.values.Name: a cluster id is a single subject token with no wildcard,
+# which is what makes the permissions below exact.
+_CLUSTER_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# nats-server reads the configuration's strings itself; these would end or bend one.
+_UNSAFE_SECRET = re.compile(r'["\\\x00-\x1f\x7f]')
+_REFERENCE = re.compile(r"^\$[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_cluster_id(cluster_id: str) -> str:
+    if len(cluster_id) > 63 or not _CLUSTER_ID.match(cluster_id):
+        raise ValueError(f"not a cluster id (a DNS label): {cluster_id!r}")
+    return cluster_id
+
+
+def operator_user(cluster_id: str) -> str:
+    return f"operator-{check_cluster_id(cluster_id)}"
+
+
+def operator_consumer(cluster_id: str) -> str:
+    """The durable consumer on WINGSMITH_RENDER through which a cluster's operator reads."""
+    return f"operator-{check_cluster_id(cluster_id)}"
+
+
+def operator_inbox_prefix(cluster_id: str) -> str:
+    """The operator's own inbox prefix: replies to it (JetStream API answers, publish acks,
+    fetched messages) go under it, and only it may subscribe there."""
+    return f"_INBOX_{check_cluster_id(cluster_id)}"
+
+
+def render_filter(cluster_id: str) -> str:
+    return f"{RENDER_PREFIX}.{check_cluster_id(cluster_id)}.>"
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """Subjects a user may publish and subscribe to; anything not allowed is refused."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+def operator_permissions(cluster_id: str) -> Permissions:
+    """Exactly what an operator needs, and so the only ways it has to reach the server.
+
+    Reading: the consumer is created through the API subject that names its filter; the server
+    refuses a request whose body's filter differs from the one in the subject, so the operator
+    can create its consumer only with its own filter. No stream info, message get or direct get,
+    no other consumer's name: those would read (or list) other clusters' subjects.
+    Writing: its own observation subjects, through JetStream (the acks come to its inbox)."""
+    stream, consumer = RENDER_STREAM, operator_consumer(cluster_id)
+    api = f"$JS.API.CONSUMER.{{}}.{stream}.{consumer}"
+    return Permissions(
+        publish=(
+            f"{OBS_PREFIX}.{cluster_id}.>",
+            f"{api.format('CREATE')}.{render_filter(cluster_id)}",
+            api.format("INFO"),
+            api.format("DELETE"),
+            api.format("MSG.NEXT"),
+            f"$JS.ACK.{stream}.{consumer}.>",
+        ),
+        subscribe=(f"{operator_inbox_prefix(cluster_id)}.>",),
+    )
+
+
+def client_permissions(*, commands: bool) -> Permissions:
+    """A person's command line: reads events, views and the render and observation streams
+    (stream info, message gets, KV gets, and the unnamed ordered consumers `wingsmith events`
+    and `wingsmith views` read with); sends commands only if `commands`. It writes to no stream,
+    deletes nothing and cannot pull from a durable consumer (it would take the hub's or an
+    operator's messages)."""
+    publish = [
+        "$JS.API.STREAM.INFO.*",
+        "$JS.API.STREAM.MSG.GET.*",
+        "$JS.API.DIRECT.GET.>",
+        "$JS.API.CONSUMER.CREATE.*",  # unnamed (ephemeral) consumers only
+        "$JS.FC.>",  # flow control replies of the ordered consumers
+    ]
+    if commands:
+        publish.append(COMMAND_SUBJECTS)
+    return Permissions(publish=tuple(publish), subscribe=("_INBOX.>",))
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A user's name and password. The password is one of: plain text (tests, laptops); a
+    bcrypt hash as `nats server passwd` prints it (`$2a$11$...`), which the server recognises
+    by its prefix; or `$NAME`, a reference the server resolves from its own environment when it
+    starts, so the configuration itself holds no secret."""
+
+    user: str
+    password: str
+
+
+USER_VARIABLE = "WINGSMITH_NATS_USER"
+PASSWORD_VARIABLE = "WINGSMITH_NATS_PASSWORD"
+
+
+def credentials_from_env(env: Mapping[str, str]) -> Credentials | None:
+    """How every process (hub, operator, command line) is given its NATS login: the user in
+    WINGSMITH_NATS_USER and its plain password in WINGSMITH_NATS_PASSWORD. None when no user is
+    set: a server without users (the embedded one) needs none."""
+    user = env.get(USER_VARIABLE, "").strip()
+    if not user:
+        return None
+    password = env.get(PASSWORD_VARIABLE, "")
+    if not password:
+        raise ValueError(f"{USER_VARIABLE} is set but {PASSWORD_VARIABLE} is empty")
+    return Credentials(user, password)
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)
+
+
+def _secret(password: str) -> str:
+    # Unquoted, `$NAME` is a variable reference; quoted, a bcrypt hash stays a literal string.
+    return password if _REFERENCE.match(password) else _quote(password)
+
+
+def _user_block(credentials: Credentials, permissions: Permissions | None) -> str:
+    if _UNSAFE_SECRET.search(credentials.password) or _UNSAFE_SECRET.search(credentials.user):
+        raise ValueError(f"user {credentials.user!r}: quotes, backslashes or control characters")
+    lines = [f"      {{user: {_quote(credentials.user)}, password: {_secret(credentials.password)}"]
+    if permissions is not None:
+        lines.append("       permissions: {")
+        for verb, subjects in [
+            ("publish", permissions.publish),
+            ("subscribe", permissions.subscribe),
+        ]:
+            lines.append(f"         {verb}: {{allow: [")
+            lines += [f"           {_quote(subject)}" for subject in subjects]
+            lines.append("         ]}")
+        lines.append("       }")
+    lines[-1] += "}"
+    return "\n".join(lines)
+
+
+def server_config(
+    hub: Credentials,
+    operators: Mapping[str, str],
+    *,
+    client: Credentials | None = None,
+    viewer: Credentials | None = None,
+) -> str:
+    """The `accounts` block of a nats-server configuration.
+
+    `operators` maps each cluster id to its operator's password (plain or bcrypt); the user is
+    `operator-<cluster id>`. `client` may send commands and read; `viewer` may only read."""
+    users = [_user_block(hub, None)]
+    for cluster_id, password in sorted(operators.items()):
+        users.append(
+            _user_block(
+                Credentials(operator_user(cluster_id), password), operator_permissions(cluster_id)
+            )
+        )
+    if client is not None:
+        users.append(_user_block(client, client_permissions(commands=True)))
+    if viewer is not None:
+        users.append(_user_block(viewer, client_permissions(commands=False)))
+    names = [hub.user, *map(operator_user, operators), *(c.user for c in (client, viewer) if c)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"user names must differ: {names}")
+    return "\n".join(
+        [
+            "accounts {",
+            f"  {ACCOUNT} {{",
+            "    jetstream: enabled",
+            "    users: [",
+            *users,
+            "    ]",
+            "  }",
+            "}",
+            "",
+        ]
+    )

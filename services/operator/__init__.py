@@ -1,0 +1,1 @@
+"""The per-cluster operator: render desired state into Dynamo resources, observe, discover."""

@@ -1,0 +1,503 @@
+"""The operator backend for a real Kubernetes cluster running Dynamo.
+
+Reconciling is two steps: `plan` (pure) compares a deployment's desired state with the
+DynamoGraphDeployment the cluster holds and says what to write; `KubeBackend.execute` is the
+one place that writes. For an observed deployment, or in read-only mode, it writes nothing and
+reports what it would have done instead, so the zero-write guarantee has a single choke point.
+
+Observing follows DynamoGraphDeployments (both API versions), pods and nodes through informers
+(list, then watch; reconnects and `410 Gone` relists are the adapter's) and reports:
+- replicas: every worker pod (worker, prefill, decode) once scheduled, with its node, devices,
+  serving digest and readiness; the pod's resourceVersion orders the reports;
+- deployment status and live digests, from the DGD's status and its pods;
+- discoveries: every DGD Wingsmith did not render, as `inspect_dgd` reads it;
+- inventory: GPU nodes by `nvidia.com/gpu.product`, allocatable `nvidia.com/gpu` and a topology
+  label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple
+
+import orjson
+
+from adapters.kube import Change, KindNotServed, Kube, KubeConflict
+from services.operator.dgd import (
+    ANNOTATION_DEPLOYMENT_ID,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING_DIGEST,
+    deployment_label,
+    render_dgd,
+)
+from services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
+from services.operator.runtime import Report
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Verb = Literal["create", "patch", "delete"]
+DEVICE_IDS_ANNOTATION = "wingsmith.dev/device-ids"
+TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
+GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
+SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
+WORKER_ROLES = {"worker", "prefill", "decode"}
+STATES = {"successful": "ready", "failed": "failed", "pending": "pending"}
+
+
+class Action(NamedTuple):
+    """One write to the cluster, or none (`verb` None) with the reason why not."""
+
+    verb: Verb | None
+    namespace: str
+    name: str
+    version: str  # the DGD API version, e.g. v1beta1
+    body: Obj | None
+    why: str
+
+
+# -- planning (pure) -----------------------------------------------------------------------
+
+
+def plan(
+    deployment_id: str,
+    desired: Mapping[str, Any] | None,
+    current: Obj | None,
+    *,
+    namespace: str,
+    api_version: str,
+    previous: Mapping[str, Any] | None = None,
+) -> Action:
+    """What to write so that the cluster runs `desired` (None: the deployment was removed, and
+    `previous` is what it was)."""
+    version = api_version.split("/")[1]
+    if desired is None:
+        was = previous or {}
+        name = was.get("workload_id", deployment_id.split("--")[0])
+        if current is None or was.get("adopted") or not is_rendered_by_wingsmith(current):
+            return Action(None, namespace, name, version, None, "nothing of ours to remove")
+        return Action("delete", namespace, name, version, None, "the deployment was removed")
+    if desired.get("adopted"):
+        return _plan_adopted(desired, current)
+    wanted = render_dgd(desired, namespace=namespace, api_version=api_version)
+    name = wanted["metadata"]["name"]
+    if current is None:
+        return Action("create", namespace, name, version, wanted, "no DynamoGraphDeployment yet")
+    if _covers(current, {"metadata": _ours(wanted["metadata"]), "spec": wanted["spec"]}):
+        return Action(None, namespace, name, version, None, "up to date")
+    patch = {"metadata": _ours(wanted["metadata"]), "spec": wanted["spec"]}
+    return Action("patch", namespace, name, version, patch, "it differs from the desired state")
+
+
+def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
+    """An adopted DGD keeps its own manifest: only the workers' replicas change, so a
+    promotion whose engine_args equal what runs changes nothing that restarts a pod."""
+    ref = desired["adopted"]
+    version = (current or {}).get("apiVersion", "nvidia.com/v1beta1").split("/")[1]
+    if current is None:
+        return Action(None, ref["namespace"], ref["name"], version, None, "not on the cluster")
+    spec = copy.deepcopy(current.get("spec") or {})
+    replicas = desired["replicas"]
+    changed = False
+    for component in _components(spec):
+        role = component.get("type") or component.get("componentType")
+        if role in WORKER_ROLES | {"main"} and component.get("replicas", 1) != replicas:
+            component["replicas"], changed = replicas, True
+    if not changed:
+        return Action(None, ref["namespace"], ref["name"], version, None, "up to date")
+    key = "components" if "components" in spec else "services"
+    patch = {"spec": {key: spec[key]}}
+    return Action("patch", ref["namespace"], ref["name"], version, patch, "workers rescaled")
+
+
+def _components(spec: Obj) -> list[Obj]:
+    if isinstance(spec.get("components"), list):
+        return [c for c in spec["components"] if isinstance(c, dict)]
+    services = spec.get("services")
+    return (
+        [s for s in services.values() if isinstance(s, dict)] if isinstance(services, dict) else []
+    )
+
+
+def _ours(metadata: Obj) -> Obj:
+    return {"labels": metadata.get("labels", {}), "annotations": metadata.get("annotations", {})}
+
+
+def _covers(current: Any, wanted: Any) -> bool:
+    """Whether `current` holds everything `wanted` says: the API server and Dynamo's webhooks
+    add defaults, which are no reason to write again."""
+    if isinstance(wanted, dict):
+        return isinstance(current, dict) and all(
+            _covers(current.get(k), v) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(wanted)
+            and all(_covers(c, w) for c, w in zip(current, wanted, strict=True))
+        )
+    return bool(current == wanted)
+
+
+# -- the backend ---------------------------------------------------------------------------
+
+
+class KubeBackend:
+    def __init__(
+        self,
+        kube: Kube,
+        cluster_id: str,
+        namespace: str,
+        *,
+        read_only: bool,
+        api_version: str = "nvidia.com/v1beta1",
+    ) -> None:
+        self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
+        self.read_only, self.api_version = read_only, api_version
+        self.desired: dict[str, Mapping[str, Any]] = {}
+        self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last desired state applied
+        self._report: Report | None = None
+        self._dgds: dict[tuple[str, str], Obj] = {}
+        self._pods: dict[tuple[str, str], Obj] = {}
+        self._nodes: dict[str, Obj] = {}
+        self._synced: set[str] = set()
+        self._reported: dict[str, str] = {}  # what was last reported per key: no repeats
+
+    # -- desired state -------------------------------------------------------------------
+
+    async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        previous = self.desired.get(deployment_id)
+        if desired is None:
+            self.desired.pop(deployment_id, None)
+        else:
+            self.desired[deployment_id] = desired
+        for _ in range(3):  # a conflict means someone wrote meanwhile: look again
+            action = await self._plan(deployment_id, desired, previous)
+            try:
+                await self.execute(deployment_id, desired, action)
+                self.applied[deployment_id] = desired
+                await self._resync(deployment_id)
+                return
+            except KubeConflict:
+                continue
+        raise RuntimeError(f"{deployment_id}: the DynamoGraphDeployment keeps changing")
+
+    async def _plan(
+        self,
+        deployment_id: str,
+        desired: Mapping[str, Any] | None,
+        previous: Mapping[str, Any] | None,
+    ) -> Action:
+        source = desired or previous or {}
+        ref = source.get("adopted") or {
+            "namespace": self.namespace,
+            "name": source.get("workload_id", deployment_id.split("--")[0]),
+        }
+        version = self.api_version.split("/")[1]
+        current = await self.kube.get_dgd(ref["namespace"], ref["name"], version)
+        return plan(
+            deployment_id,
+            desired,
+            current,
+            namespace=self.namespace,
+            api_version=self.api_version,
+            previous=previous,
+        )
+
+    async def execute(
+        self, deployment_id: str, desired: Mapping[str, Any] | None, action: Action
+    ) -> None:
+        """The one place that writes to the cluster."""
+        if action.verb is None:
+            return
+        observed = desired is not None and desired.get("authority") != "managed"
+        performed = not (self.read_only or observed)
+        if performed:
+            await self._write(action)
+        why = "read-only mode" if self.read_only else "observed" if observed else action.why
+        log.info(
+            "%s: %s DynamoGraphDeployment %s/%s (%s)",
+            deployment_id,
+            action.verb if performed else f"would {action.verb}",
+            action.namespace,
+            action.name,
+            why,
+        )
+        if self._report is not None:
+            await self._report(
+                "action",
+                {
+                    "deployment_id": deployment_id,
+                    "verb": action.verb,
+                    "namespace": action.namespace,
+                    "name": action.name,
+                    "performed": performed,
+                    "reason": why,
+                },
+                None,
+            )
+
+    async def _write(self, action: Action) -> None:
+        if action.verb == "create":
+            assert action.body is not None
+            await self.kube.create_dgd(action.body)
+        elif action.verb == "patch":
+            assert action.body is not None
+            await self.kube.patch_dgd(action.namespace, action.name, action.body, action.version)
+        else:
+            await self.kube.delete_dgd(action.namespace, action.name, action.version)
+
+    # -- observing -----------------------------------------------------------------------
+
+    async def observe(self, report: Report) -> None:
+        self._report = report
+        async with asyncio.TaskGroup() as tasks:
+            for kind in ("dgd/v1beta1", "dgd/v1alpha1", "pod", "node"):
+                tasks.create_task(self._follow(kind), name=kind)
+
+    async def _follow(self, kind: Any) -> None:
+        try:
+            async with self.kube.informer(kind) as changes:
+                async for change in changes:
+                    await self._on_change(kind, change)
+        except KindNotServed:
+            log.info("%s is not served by this cluster: not watching it", kind)
+
+    async def _on_change(self, kind: str, change: Change) -> None:
+        if change.type == "SYNCED":
+            self._synced.add(kind)
+            if kind == "node":
+                await self._report_inventory()
+            return
+        obj = change.obj
+        meta = obj.get("metadata", {})
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        gone = change.type == "DELETED"
+        if kind.startswith("dgd/"):
+            _store(self._dgds, key, obj, gone)
+            await self._on_dgd(obj, gone)
+        elif kind == "pod":
+            _store(self._pods, key, obj, gone)
+            await self._on_pod(obj, gone)
+        else:
+            _store(self._nodes, key[1], obj, gone)
+            if "node" in self._synced:
+                await self._report_inventory()
+
+    async def _resync(self, deployment_id: str) -> None:
+        """Report again what was seen of a deployment before its desired state arrived: its
+        pods and DGD could not be told apart from others' until then."""
+        for dgd in list(self._dgds.values()):
+            if self._deployment_of_dgd(dgd) == deployment_id:
+                await self._on_dgd(dgd, gone=False)
+        for pod in list(self._pods.values()):
+            if self._deployment_of_pod(pod) == deployment_id:
+                await self._on_pod(pod, gone=False)
+
+    async def _on_dgd(self, dgd: Obj, gone: bool) -> None:
+        meta = dgd.get("metadata", {})
+        deployment_id = self._deployment_of_dgd(dgd)
+        if not is_rendered_by_wingsmith(dgd):
+            await self._report_discovery(dgd, gone)
+        if deployment_id is not None and not gone:
+            status = _status(dgd, self.desired.get(deployment_id))
+            await self._send(
+                f"deployment:{deployment_id}",
+                "deployment",
+                {"deployment_id": deployment_id, "status": status, "version": _version(meta)},
+            )
+
+    async def _report_discovery(self, dgd: Obj, gone: bool) -> None:
+        meta = dgd["metadata"]
+        ref = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
+        payload: Obj = dict(ref)
+        if not gone:
+            try:
+                inspection = inspect_dgd(dgd)
+            except ValueError as e:
+                log.warning("%s/%s: cannot read it: %s", ref["namespace"], ref["name"], e)
+                return
+            payload["sighting"] = ref | {
+                "api_version": str(inspection.api_version),
+                "backend": inspection.backend.value if inspection.backend else None,
+                "components": [c.summary() for c in inspection.components],
+                "model": inspection.model,
+                "image": inspection.image,
+                "engine_version": inspection.engine_version,
+                "tensor_parallel": inspection.tensor_parallel,
+            }
+        await self._send(f"discovery:{ref['namespace']}/{ref['name']}", "discovery", payload)
+
+    async def _on_pod(self, pod: Obj, gone: bool) -> None:
+        deployment_id = self._deployment_of_pod(pod)
+        if deployment_id is None or not _is_worker(pod):
+            return
+        spec, meta = pod.get("spec", {}), pod["metadata"]
+        node = spec.get("nodeName")
+        if not node:
+            return  # not scheduled: it holds no devices yet
+        desired = self.desired.get(deployment_id, {})
+        payload = {
+            "deployment_id": deployment_id,
+            "pod": meta["name"],
+            "node_id": node,
+            "device_ids": _device_ids(pod, node),
+            "serving_digest": _digest(pod, desired),
+            "engine_version": desired.get("serving", {}).get("engine_version") or "unknown",
+            "state": _pod_state(pod, gone),
+            "version": _version(meta),
+        }
+        await self._send(f"replica:{meta.get('uid') or meta['name']}", "replica", payload)
+        await self._report_live_digests(deployment_id)
+
+    async def _report_live_digests(self, deployment_id: str) -> None:
+        digests = Counter(
+            _digest(pod, self.desired.get(deployment_id, {}))
+            for pod in self._pods.values()
+            if self._deployment_of_pod(pod) == deployment_id
+            and _is_worker(pod)
+            and _pod_state(pod, False) != "terminated"
+        )
+        payload = {"deployment_id": deployment_id, "live_digests": dict(digests)}
+        await self._send(f"live:{deployment_id}", "deployment", payload)
+
+    async def _report_inventory(self) -> None:
+        nodes = [
+            {
+                "node_id": name,
+                "device_class": labels[GPU_PRODUCT_LABEL],
+                "devices": _quantity(
+                    node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)
+                ),
+                "topology_domain": labels.get(TOPOLOGY_LABEL),
+            }
+            for name, node in sorted(self._nodes.items())
+            if GPU_PRODUCT_LABEL in (labels := node["metadata"].get("labels") or {})
+        ]
+        await self._send("inventory", "inventory", {"nodes": nodes})
+
+    async def _send(self, key: str, kind: str, payload: Obj) -> None:
+        """Report, unless it is what was last reported under `key`."""
+        body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(body).hexdigest()[:16]
+        if self._report is None or self._reported.get(key) == digest:
+            return
+        await self._report(kind, payload, f"{key}:{digest}")
+        self._reported[key] = digest
+
+    # -- which deployment ---------------------------------------------------------------
+
+    def _deployment_of_dgd(self, dgd: Obj) -> str | None:
+        meta = dgd.get("metadata", {})
+        if is_rendered_by_wingsmith(dgd):
+            deployment_id = (meta.get("annotations") or {}).get(ANNOTATION_DEPLOYMENT_ID)
+            return deployment_id if deployment_id in self.desired else None
+        return self._adopted(meta.get("namespace"), meta.get("name"))
+
+    def _deployment_of_pod(self, pod: Obj) -> str | None:
+        meta = pod.get("metadata", {})
+        labels = meta.get("labels") or {}
+        if LABEL_DEPLOYMENT in labels:
+            return next(
+                (d for d in self.desired if deployment_label(d) == labels[LABEL_DEPLOYMENT]), None
+            )
+        return self._adopted(meta.get("namespace"), labels.get(GRAPH_LABEL))
+
+    def _adopted(self, namespace: str | None, name: str | None) -> str | None:
+        ref = {"namespace": namespace, "name": name}
+        return next((d for d, want in self.desired.items() if want.get("adopted") == ref), None)
+
+
+def _store(cache: dict[Any, Obj], key: Any, obj: Obj, gone: bool) -> None:
+    if gone:
+        cache.pop(key, None)
+    else:
+        cache[key] = obj
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (0 when it is not one): etcd's revisions."""
+    rv = str(meta.get("resourceVersion") or "")
+    return int(rv) if rv.isdigit() else 0
+
+
+def _is_worker(pod: Obj) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    role = labels.get(SUB_COMPONENT_TYPE_LABEL) or labels.get(COMPONENT_TYPE_LABEL)
+    return role in WORKER_ROLES or (LABEL_SERVING_DIGEST in labels and role != "frontend")
+
+
+def _digest(pod: Obj, desired: Mapping[str, Any]) -> str:
+    labels = pod["metadata"].get("labels") or {}
+    return str(labels.get(LABEL_SERVING_DIGEST) or desired.get("serving_digest") or "unknown")
+
+
+def _pod_state(pod: Obj, gone: bool) -> str:
+    status = pod.get("status", {})
+    if gone or status.get("phase") in {"Succeeded", "Failed"}:
+        return "terminated"
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return "ready" if ready else "not_ready"
+
+
+def _device_ids(pod: Obj, node: str) -> list[str]:
+    """The pod's GPU UUIDs, when a device plugin or webhook annotated them; otherwise one
+    stand-in per requested GPU, so device counts stay right."""
+    annotated = (pod["metadata"].get("annotations") or {}).get(DEVICE_IDS_ANNOTATION)
+    if annotated:
+        return [d.strip() for d in annotated.split(",") if d.strip()]
+    gpus = sum(
+        _quantity(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE))
+        for c in pod.get("spec", {}).get("containers") or ()
+    )
+    return [f"{node}/{pod['metadata']['name']}/gpu{i}" for i in range(gpus)]
+
+
+def _quantity(value: Any) -> int:
+    text = str(value or "0")
+    return int(text) if text.isdigit() else 0
+
+
+def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> Obj:
+    """The cluster's status of a deployment, from the DGD's."""
+    status = dgd.get("status") or {}
+    ready_condition: Obj = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "Ready"), {}
+    )
+    per_component = status.get("components") or status.get("services") or {}
+    workers = [
+        c for name, c in per_component.items() if isinstance(c, dict) and _worker_name(dgd, name)
+    ]
+    ready = min((int(c.get("readyReplicas") or 0) for c in workers), default=0)
+    wanted = (desired or {}).get("replicas")
+    if wanted is None:
+        wanted = max((int(c.get("replicas") or 0) for c in workers), default=0)
+    return {
+        "phase": STATES.get(str(status.get("state")), "progressing" if status else "unknown"),
+        "reason": ready_condition.get("reason") or None,
+        "message": ready_condition.get("message") or None,
+        "ready_replicas": ready,
+        "desired_replicas": wanted,
+    }
+
+
+def _worker_name(dgd: Obj, name: str) -> bool:
+    spec = dgd.get("spec") or {}
+    for component in spec.get("components") or ():
+        if isinstance(component, dict) and component.get("name") == name:
+            return component.get("type") in WORKER_ROLES
+    service = (spec.get("services") or {}).get(name)
+    if isinstance(service, dict):
+        return service.get("componentType") in WORKER_ROLES | {"main"}
+    return False

@@ -1,0 +1,108 @@
+"""The operator's runtime, the same for a Kubernetes cluster and a simulated one.
+
+It follows the cluster's desired state (`wingsmith.render.<cluster>.>`, from the latest message
+of every deployment on), hands each to the backend, publishes what the backend observes on
+`wingsmith.obs.<cluster>.<kind>`, and sends a heartbeat every few seconds so the hub knows the
+cluster is there. A render message is acknowledged once the backend has applied it; one it
+could not apply comes back later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from adapters import nats_bus
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+
+# (kind, payload, key): `key` names the observation for deduplication (e.g. a pod and its
+# resourceVersion); None: every report is new.
+Report = Callable[[str, dict[str, Any], str | None], Awaitable[None]]
+
+
+class Backend(Protocol):
+    async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        """Make the cluster run `desired` (None: the deployment was removed)."""
+
+    async def observe(self, report: Report) -> None:
+        """Report what the cluster runs, for as long as the operator runs."""
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    cluster_id: str
+    read_only: bool = False
+    simulated: bool = False
+    heartbeat_every: float = 5.0
+
+
+class Reporter:
+    """Publishes observations for one cluster, each with a message id that makes a resend a
+    duplicate."""
+
+    def __init__(self, nc: nats_bus.Connection, cluster_id: str) -> None:
+        self._nc, self._cluster_id = nc, cluster_id
+
+    async def __call__(self, kind: str, payload: dict[str, Any], key: str | None = None) -> None:
+        msg_id = f"{self._cluster_id}:{kind}:{key or uuid.uuid4().hex}"
+        body = {"cluster_id": self._cluster_id} | payload
+        await nats_bus.publish_observation(self._nc, self._cluster_id, kind, body, msg_id)
+
+
+async def run_operator(nc: nats_bus.Connection, backend: Backend, options: OperatorOptions) -> None:
+    """Run until cancelled; each part restarts on its own after a failure."""
+    report = Reporter(nc, options.cluster_id)
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(_forever("heartbeats", _heartbeats(report, options)), name="heartbeats")
+        tasks.create_task(_forever("observe", lambda: backend.observe(report)), name="observe")
+        desired = lambda: _follow_desired(nc, options.cluster_id, backend)  # noqa: E731
+        tasks.create_task(_forever("desired state", desired), name="desired-state")
+
+
+async def _forever(what: str, run: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        try:
+            await run()
+            return
+        except Exception as e:
+            log.warning("operator %s: %s: %s; starting again", what, type(e).__name__, e)
+            await asyncio.sleep(1.0)
+
+
+def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaitable[None]]:
+    operator = {
+        "instance": uuid.uuid4().hex,  # a new one each start: the hub records each start
+        "version": VERSION,
+        "read_only": options.read_only,
+        "simulated": options.simulated,
+    }
+
+    async def beat() -> None:
+        while True:
+            await report("heartbeat", {"operator": operator}, None)
+            await asyncio.sleep(options.heartbeat_every)
+
+    return beat
+
+
+async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Backend) -> None:
+    async for batch in nats_bus.render_batches(nc, cluster_id):
+        for delivery in batch:
+            deployment_id = delivery.subject.split(".", 3)[3]
+            desired = orjson.loads(delivery.data) if delivery.data else None
+            try:
+                await backend.apply(deployment_id, desired)
+            except Exception as e:
+                log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
+                await delivery.retry(delay=2.0)
+                continue
+            await delivery.ack()
