@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/wingsmith -v up
+	$(BIN)/wingsmith up --demo \
+		--simulated east=2x8:NVIDIA-H100-80GB-HBM3@rack-a \
+		--simulated west=1x4:NVIDIA-H100-80GB-HBM3@rack-b
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -38,6 +38,17 @@ class Hub:
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
 
 
+async def connect(settings: Settings, name: str, url: str | None = None) -> nats_bus.Connection:
+    """A NATS connection as `name`, logged in with the configured credentials, if any."""
+    login = settings.nats_credentials
+    return await nats_bus.connect(
+        url or settings.resolved_nats_url(),
+        name,
+        user=login.user if login else None,
+        password=login.password if login else None,
+    )
+
+
 @contextlib.asynccontextmanager
 async def embedded_or_given_nats(settings: Settings) -> AsyncIterator[str]:
     """The configured NATS URL, or an embedded nats-server for as long as the block runs."""
@@ -58,7 +69,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
     relay publish what was committed, and close."""
     async with contextlib.AsyncExitStack() as stack:
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
-        nc = await nats_bus.connect(url, "wingsmith-hub")
+        nc = await connect(settings, "wingsmith-hub", url)
         stack.push_async_callback(nc.close)
         await nats_bus.ensure_streams(nc, settings.stream_replicas)
         env = store_env(settings.store_url, settings.data_dir)
@@ -110,7 +121,11 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
 
 @contextlib.asynccontextmanager
 async def simulated_operators(
-    nc: nats_bus.Connection, clusters: dict[str, list[SimNode]], *, ready_after: float = 1.0
+    nc: nats_bus.Connection,
+    clusters: dict[str, list[SimNode]],
+    *,
+    ready_after: float = 1.0,
+    heartbeat_every: float = 5.0,
 ) -> AsyncIterator[dict[str, SimulatedCluster]]:
     """An operator on a simulated cluster for each entry, for as long as the block runs."""
     simulated = {
@@ -119,7 +134,9 @@ async def simulated_operators(
     }
     tasks = []
     for cluster_id, cluster in simulated.items():
-        options = OperatorOptions(cluster_id=cluster_id, simulated=True)
+        options = OperatorOptions(
+            cluster_id=cluster_id, simulated=True, heartbeat_every=heartbeat_every
+        )
         tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
         tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))
     try:
@@ -178,7 +195,7 @@ async def projector_process(nats_url: str, settings: Settings) -> AsyncIterator[
 async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
     """Follow WINGSMITH_EVENTS into every projection until the block ends, then checkpoint."""
     async with contextlib.AsyncExitStack() as stack:
-        nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-projector")
+        nc = await connect(settings, "wingsmith-projector")
         stack.push_async_callback(nc.close)
         await nats_bus.ensure_streams(nc, settings.stream_replicas)
         env = store_env(settings.store_url, settings.data_dir)

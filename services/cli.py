@@ -25,7 +25,7 @@ from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_f
 from adapters.store import StoreThread, store_env
 from projections.audit import Entry, Timeline
 from projections.fleet import PROJECTIONS
-from services.bootstrap import running_hub, running_projector, simulated_operators
+from services.bootstrap import connect, running_hub, running_projector, simulated_operators
 from services.commands import NAME, json_schemas
 from services.config import Settings
 from services.operator.dgd import render_yaml
@@ -33,6 +33,7 @@ from services.operator.inspect import inspect_dgd, load_manifest
 from services.operator.kube import KubeBackend
 from services.operator.runtime import Backend, OperatorOptions, run_operator
 from services.projector import as_of, compare, rebuild
+from services.relay import event_type
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,7 +205,7 @@ async def _up(args: argparse.Namespace) -> int:
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
             print(f"simulated clusters: {names}", flush=True)
         if args.demo:
-            tasks.append(asyncio.create_task(_phases(hub.nc), name="wingsmith-phases"))
+            tasks.append(asyncio.create_task(_phases(hub.store), name="wingsmith-phases"))
             await _demo(hub.nc, dict(args.simulated))
         stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
         await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -287,23 +288,28 @@ PHASE_EVENTS = {
 }
 
 
-async def _phases(nc: nats_bus.Connection) -> None:
-    """Print each deployment's admission phase as it changes."""
+async def _phases(store: StoreThread) -> None:
+    """Print each deployment's admission phase as it changes, read from the event store."""
     phases: dict[str, str] = {}
-    stream = nats_bus.read_stream(
-        nc, nats_bus.EVENTS_STREAM, "wingsmith.evt.deployment.>", follow=True, start=1
-    )
-    async for message in stream:
-        e = orjson.loads(message.data)
-        inner = e["event"]
-        phase = inner.get("phase") or PHASE_EVENTS.get(e["type"])
-        if phase is None or phases.get(e["aggregate_id"]) == phase:
-            continue
-        before = phases.get(e["aggregate_id"])
-        phases[e["aggregate_id"]] = phase
-        why = inner.get("reason") or (f"{inner['devices']} devices" if inner.get("devices") else "")
-        arrow = f"{before} -> {phase}" if before else phase
-        print(f"deployment {e['aggregate_id']}: {arrow}" + (f" ({why})" if why else ""), flush=True)
+    position = 0
+    while True:
+        notes = await store.run(store.store.read, position, 1000)
+        for note in notes:
+            kind = event_type(note.topic)
+            if not str(note.originator_id).startswith("deployment:"):
+                continue
+            e = orjson.loads(note.state)
+            phase = e.get("phase") or PHASE_EVENTS.get(kind)
+            deployment_id = str(note.originator_id).removeprefix("deployment:")
+            if phase is None or phases.get(deployment_id) == phase:
+                continue
+            before, phases[deployment_id] = phases.get(deployment_id), phase
+            why = e.get("reason") or (f"{e['devices']} devices" if e.get("devices") else "")
+            arrow = f"{before} -> {phase}" if before else phase
+            print(f"deployment {deployment_id}: {arrow}" + (f" ({why})" if why else ""), flush=True)
+        position = notes[-1].id if notes else position
+        if not notes:
+            await asyncio.sleep(0.3)
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -330,7 +336,13 @@ async def _operator(args: argparse.Namespace) -> int:
         read_only=settings.operator_read_only,
         simulated=bool(args.simulated),
     )
-    nc = await nats_bus.connect_operator(settings.resolved_nats_url(), args.cluster_id)
+    login = settings.nats_credentials
+    nc = await nats_bus.connect_operator(
+        settings.resolved_nats_url(),
+        args.cluster_id,
+        user=login.user if login else None,
+        password=login.password if login else None,
+    )
     try:
         async with contextlib.AsyncExitStack() as stack:
             if args.simulated:
@@ -382,7 +394,7 @@ async def _inspect_dgd(args: argparse.Namespace) -> int:
 
 async def _sim_fault(args: argparse.Namespace) -> int:
     body = {"fault": args.fault, "node": args.node, "deployment_id": args.deployment}
-    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         reply = await nats_bus.request(nc, fault_subject(args.cluster_id), orjson.dumps(body), 5.0)
     finally:
@@ -401,7 +413,7 @@ async def _cmd(args: argparse.Namespace) -> int:
     subject = (
         args.subject if args.subject.startswith("wingsmith.") else f"wingsmith.cmd.{args.subject}"
     )
-    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         reply = await nats_bus.request(nc, subject, orjson.dumps(body), args.timeout)
     finally:
@@ -417,7 +429,7 @@ async def _schema(args: argparse.Namespace) -> int:
 
 async def _events(args: argparse.Namespace) -> int:
     subject = f"wingsmith.evt.{args.aggregate}.{args.id}.{args.type}"
-    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
             nc, nats_bus.EVENTS_STREAM, subject, follow=args.follow, start=args.since
@@ -471,7 +483,7 @@ def _start(text: str) -> nats_bus.Start:
 async def _watch(args: argparse.Namespace) -> int:
     stream_name, prefix = nats_bus.view_stream(args.projection)
     subject, prefix = f"{prefix}.{args.key}", f"{prefix}."
-    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(nc, stream_name, subject, follow=True, start=args.since)
         with contextlib.suppress(asyncio.CancelledError):
@@ -503,7 +515,7 @@ async def _watch(args: argparse.Namespace) -> int:
 async def _view(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.as_of is None:
-        nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-cli")
+        nc = await connect(settings, "wingsmith-cli")
         try:
             live = await nats_bus.latest_views(nc, args.projection)
         finally:
@@ -556,7 +568,7 @@ async def _audit(args: argparse.Namespace) -> int:
         subject, start, wanted = "wingsmith.evt.>", args.since or 1, args.correlation
     needle = orjson.dumps(wanted)
     timeline = Timeline()
-    nc = await nats_bus.connect(Settings.from_env().resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
             nc, nats_bus.EVENTS_STREAM, subject, follow=False, start=start
@@ -605,7 +617,7 @@ async def _replay(args: argparse.Namespace) -> int:
         rebuilt = await store.run(rebuild, read, progress=bar.update)
         bar.close()
     upto = rebuilt.last_applied
-    nc = await nats_bus.connect(settings.resolved_nats_url(), "wingsmith-cli")
+    nc = await connect(settings, "wingsmith-cli")
     try:
         await _projector_reached(nc, upto, args.timeout)
         verdicts = [

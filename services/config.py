@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.nats_auth import Credentials, credentials_from_env
+
 
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
@@ -23,6 +25,7 @@ class Settings:
     admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1
     cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
+    nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -53,6 +56,7 @@ class Settings:
             not in {"0", "false", "no", "off"},
             stream_replicas=int(replicas),
             cluster_silence=cluster_silence,
+            nats_credentials=credentials_from_env(env),
         )
 
     @property

@@ -170,10 +170,21 @@ class KubeBackend:
         self._nodes: dict[str, Obj] = {}
         self._synced: set[str] = set()
         self._reported: dict[str, str] = {}  # what was last reported per key: no repeats
+        self._locks: dict[str, asyncio.Lock] = {}  # one reconcile at a time per deployment
 
     # -- desired state -------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        async with self._locks.setdefault(deployment_id, asyncio.Lock()):
+            await self._apply(deployment_id, desired)
+
+    async def _restore(self, deployment_id: str) -> None:
+        """Someone changed or deleted what we rendered: put back what is desired now."""
+        async with self._locks.setdefault(deployment_id, asyncio.Lock()):
+            if (desired := self.desired.get(deployment_id)) is not None:
+                await self._apply(deployment_id, desired)
+
+    async def _apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         previous = self.desired.get(deployment_id)
         if desired is None:
             self.desired.pop(deployment_id, None)
@@ -284,6 +295,9 @@ class KubeBackend:
         if kind.startswith("dgd/"):
             _store(self._dgds, key, obj, gone)
             await self._on_dgd(obj, gone)
+            deployment_id = self._deployment_of_dgd(obj)
+            if deployment_id is not None and is_rendered_by_wingsmith(obj):
+                await self._restore(deployment_id)
         elif kind == "pod":
             _store(self._pods, key, obj, gone)
             await self._on_pod(obj, gone)

@@ -27,6 +27,7 @@ from .conftest import wait_for
 from .kube_fixtures import (
     NAMESPACE,
     cluster_create,
+    cluster_delete,
     cluster_patch,
     kube_emulator,
     node,
@@ -268,3 +269,50 @@ async def test_dgds_it_did_not_render_are_reported_as_discovered(
         )
         assert sighting["components"], "every fixture has components"
         assert write_requests(cluster.emulator) == []
+
+
+async def test_a_rendered_dgd_changed_or_deleted_by_someone_is_put_back(client: Client) -> None:
+    async with operator(client) as cluster:
+        await cluster.render(desired(replicas=2))
+        await cluster.until_dgd(lambda d: d is not None, "the DGD to be created")
+        rendered = await cluster.dgd()
+        assert rendered is not None
+        edited = {
+            "spec": {"components": [{**c, "replicas": 7} for c in rendered["spec"]["components"]]}
+        }
+        await cluster_patch(cluster.emulator, DGD, rendered, edited)
+        await cluster.until_dgd(lambda d: d is not None and workers(d)["replicas"] == 2, "undo")
+        await cluster_delete(cluster.emulator, DGD, rendered)
+        await cluster.until_dgd(lambda d: d is not None, "the DGD to be recreated")
+        assert len(requests(cluster.emulator, kmock.action.CREATE, DGD)) == 2
+
+
+async def test_v1alpha1_clusters_get_a_v1alpha1_dgd(client: Client) -> None:
+    async with operator(client, api_version="nvidia.com/v1alpha1") as cluster:
+        await cluster.render(desired(replicas=1))
+
+        async def created() -> bool:
+            return await cluster.kube.get_dgd(NAMESPACE, "llama", "v1alpha1") is not None
+
+        await wait_for(created, 15, "the v1alpha1 DGD")
+        dgd = await cluster.kube.get_dgd(NAMESPACE, "llama", "v1alpha1")
+        assert dgd is not None and dgd["spec"]["services"]["worker"]["replicas"] == 1
+
+
+async def test_observations_survive_a_dropped_watch(client: Client) -> None:
+    async with operator(client) as cluster:
+        await cluster.render(desired())
+        await cluster.until_reported("inventory", lambda r: True, "the first inventory")
+        # the API server ends every open watch: the operator watches again and sees later nodes
+        watches = len(requests(cluster.emulator, kmock.action.WATCH, "node"))
+        for request in list(cluster.emulator[kmock.action.WATCH]):
+            request._raw_request.transport.abort()  # kmock cannot end a stream itself; this does
+
+        async def watching_again() -> bool:
+            return len(requests(cluster.emulator, kmock.action.WATCH, "node")) > watches
+
+        await wait_for(watching_again, 15, "a new watch")
+        await cluster_create(cluster.emulator, "node", node("gpu-late", gpus=4))
+        await cluster.until_reported(
+            "inventory", lambda r: [n["node_id"] for n in r["nodes"]] == ["gpu-late"], "the node"
+        )

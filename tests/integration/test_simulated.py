@@ -1,0 +1,132 @@
+"""The whole system on simulated clusters, against a real nats-server: an operator that goes
+silent makes its cluster unreachable and its deployments stale, and faults injected into a
+simulated cluster (node loss, image pulls that fail) move deployments as a real cluster's
+would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.nats_server import EmbeddedNatsServer
+from adapters.simulated import SimNode, fault_subject
+from services.bootstrap import running_hub, simulated_operators
+from services.config import Settings
+
+from .conftest import LLAMA, send_until_answered, wait_for
+
+
+async def command(client: Client, n: str, verb: str, **body: Any) -> dict[str, Any]:
+    reply = await send_until_answered(client, verb, {"command_id": n} | body)
+    assert reply["ok"], reply
+    return dict(reply["result"])
+
+
+async def event_types(client: Client, aggregate: str, aggregate_id: str) -> list[str]:
+    subject = f"wingsmith.evt.{aggregate}.{aggregate_id}.>"
+    stream = nats_bus.read_stream(client, nats_bus.EVENTS_STREAM, subject, follow=False)
+    return [orjson.loads(m.data)["type"] async for m in stream]
+
+
+async def until_event(
+    client: Client, aggregate: str, aggregate_id: str, kind: str, n: int = 1
+) -> None:
+    async def seen() -> bool:
+        return (await event_types(client, aggregate, aggregate_id)).count(kind) >= n
+
+    await wait_for(seen, 30, f"{n} x {kind} on {aggregate} {aggregate_id}")
+
+
+async def health(client: Client, deployment_id: str) -> dict[str, Any]:
+    views = await nats_bus.latest_views(client, "deployment_health")
+    _, view = views.get(deployment_id, (0, None))
+    return orjson.loads(view) if view else {}
+
+
+async def test_a_silent_operator_makes_its_cluster_unreachable_and_its_deployments_stale(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(
+        nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub", cluster_silence=1.5
+    )
+    nodes = {"east": [SimNode("east-n1", "H100", 4)]}
+    async with running_hub(settings):
+        await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=4)
+        async with simulated_operators(client, nodes, ready_after=0.1, heartbeat_every=0.3):
+            await until_event(client, "cluster", "east", "OperatorConnected")
+            await command(
+                client,
+                "w",
+                "workload.create",
+                workload_id="chat",
+                project="p",
+                device_class="H100",
+                serving=LLAMA,
+                replicas=2,
+                cluster="east",
+            )
+            await until_event(client, "deployment", "chat--east", "DeploymentRunning")
+        # the operator stopped: after the silence the cluster is unreachable
+        await until_event(client, "cluster", "east", "ClusterUnreachable")
+
+        async def stale() -> bool:
+            view = await health(client, "chat--east")
+            return view.get("stale") is True and view.get("status") is not None
+
+        await wait_for(stale, 30, "the deployment to keep its last status, flagged stale")
+        async with simulated_operators(client, nodes, ready_after=0.1, heartbeat_every=0.3):
+            await until_event(client, "cluster", "east", "ClusterReachable")
+            await until_event(client, "cluster", "east", "OperatorConnected", n=2)  # a new start
+
+            async def fresh() -> bool:
+                return (await health(client, "chat--east")).get("stale") is False
+
+            await wait_for(fresh, 30, "the deployment to be fresh again")
+
+
+async def fault(client: Client, cluster_id: str, **body: Any) -> dict[str, Any]:
+    reply = await client.request(fault_subject(cluster_id), orjson.dumps(body), timeout=5)
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    return answer
+
+
+async def test_node_loss_and_failed_image_pulls(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    nodes = {"east": [SimNode("east-n1", "H100", 2), SimNode("east-n2", "H100", 2)]}
+    async with running_hub(settings):
+        await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=8)
+        async with simulated_operators(client, nodes, ready_after=0.1, heartbeat_every=0.5):
+            await until_event(client, "cluster", "east", "InventoryReported")
+            await command(
+                client,
+                "w",
+                "workload.create",
+                workload_id="chat",
+                project="p",
+                device_class="H100",
+                serving=LLAMA,
+                replicas=2,
+                cluster="east",
+            )
+            await until_event(client, "deployment", "chat--east", "DeploymentRunning")
+
+            assert (await fault(client, "east", fault="node_loss", node="east-n1"))["ok"]
+            await until_event(client, "cluster", "east", "InventoryReported", n=2)  # 2 devices
+            await until_event(client, "replica", "*", "ReplicaTerminated")
+            assert (await fault(client, "east", fault="node_restore", node="east-n1"))["ok"]
+            await until_event(client, "cluster", "east", "InventoryReported", n=3)
+
+            refused = await fault(client, "east", fault="node_loss", node="nowhere")
+            assert not refused["ok"] and "node" in refused["error"]
+
+            assert (await fault(client, "east", fault="image_pull", deployment_id="chat--east"))[
+                "ok"
+            ]
+            await command(client, "s", "workload.scale", workload_id="chat", replicas=3)
+            await until_event(client, "deployment", "chat--east", "DeploymentFailed")
