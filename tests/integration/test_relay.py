@@ -40,6 +40,8 @@ async def _stream_of_commands(nc: Client, prefix: str, done: list[Any]) -> None:
                 "devices": i,
             }
             done.append(await send_until_answered(nc, "project.set_quota", body))
+            # paced (at most ~300 a second) so the restarts land while the stream still runs
+            await asyncio.sleep(0.05)
 
     await asyncio.gather(*(one(i) for i in range(COMMANDS)))
 
