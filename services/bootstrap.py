@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from adapters import nats_bus
+from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from adapters.checkpoints import CheckpointStore
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.simulated import SimNode, SimulatedCluster
@@ -169,6 +170,9 @@ async def projector_process(nats_url: str, settings: Settings) -> AsyncIterator[
     }
     if settings.store_url:
         env["WINGSMITH_STORE"] = settings.store_url
+    if settings.nats_credentials:
+        env[USER_VARIABLE] = settings.nats_credentials.user
+        env[PASSWORD_VARIABLE] = settings.nats_credentials.password
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

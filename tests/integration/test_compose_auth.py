@@ -1,0 +1,102 @@
+"""The NATS configuration in docker-compose.yml, on a real nats-server: the hub and an operator,
+each logged in as its own user, run a workload to `running`; the operator cannot speak for
+another cluster. This keeps the compose file and the code's needs in step."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import nats.errors
+import pytest
+import yaml
+
+from adapters import nats_bus
+from adapters.nats_auth import Credentials
+from adapters.nats_server import EmbeddedNatsServer
+from adapters.simulated import SimNode, SimulatedCluster
+from services.bootstrap import running_hub
+from services.config import Settings
+from services.operator.runtime import OperatorOptions, run_operator
+
+from .conftest import LLAMA, send_until_answered, wait_for
+
+COMPOSE = Path(__file__).parent.parent.parent / "docker-compose.yml"
+PASSWORDS = {
+    "WINGSMITH_HUB_PASSWORD": "hub-pw",
+    "WINGSMITH_EAST_PASSWORD": "east-pw",
+    "WINGSMITH_WEST_PASSWORD": "west-pw",
+    "WINGSMITH_CLI_PASSWORD": "cli-pw",
+}
+
+
+def compose_nats_config() -> str:
+    """The server configuration as Compose hands it to nats-server (`$$` is Compose's `$`)."""
+    compose = yaml.safe_load(COMPOSE.read_text())
+    content: str = compose["configs"]["nats-auth"]["content"]
+    return content.replace("$$", "$")
+
+
+async def test_the_compose_users_run_the_system_and_keep_operators_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in PASSWORDS.items():
+        monkeypatch.setenv(name, value)  # the server reads the passwords from its environment
+    async with EmbeddedNatsServer(tmp_path / "nats", config=compose_nats_config()) as server:
+        settings = Settings(
+            nats_url=server.url,
+            store_url=None,
+            data_dir=tmp_path / "hub",
+            nats_credentials=Credentials("hub", "hub-pw"),
+        )
+        async with running_hub(settings):
+            east = await nats_bus.connect_operator(
+                server.url, "east", user="operator-east", password="east-pw"
+            )
+            cli = await nats_bus.connect(server.url, "cli", user="cli", password="cli-pw")
+            cluster = SimulatedCluster("east", [SimNode("east-n1", "H100", 4)], ready_after=0.1)
+            options = OperatorOptions(cluster_id="east", simulated=True, heartbeat_every=0.5)
+            operator = asyncio.create_task(run_operator(east, cluster, options))
+            try:
+                quota = {"project": "p", "device_class": "H100", "devices": 4}
+                await send_until_answered(cli, "project.set_quota", {"command_id": "q"} | quota)
+
+                async def registered() -> bool:
+                    reply = await send_until_answered(
+                        cli,
+                        "workload.create",
+                        {
+                            "command_id": "w",
+                            "workload_id": "chat",
+                            "project": "p",
+                            "device_class": "H100",
+                            "serving": LLAMA,
+                            "replicas": 2,
+                            "cluster": "east",
+                        },
+                    )
+                    return bool(reply["ok"])
+
+                await wait_for(registered, 30, "the operator's heartbeat to register east")
+
+                async def running() -> bool:
+                    stream = nats_bus.read_stream(
+                        cli,
+                        nats_bus.EVENTS_STREAM,
+                        "wingsmith.evt.deployment.chat--east.DeploymentRunning",
+                        follow=False,
+                    )
+                    return [m async for m in stream] != []
+
+                await wait_for(running, 30, "the workload to run on east")
+                with pytest.raises(nats.errors.Error):
+                    await nats_bus.publish_observation(
+                        east, "west", "heartbeat", {"cluster_id": "west"}, "spoof"
+                    )
+            finally:
+                operator.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await operator
+                await east.close()
+                await cli.close()
