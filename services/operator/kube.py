@@ -98,24 +98,80 @@ def plan(
 
 
 def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
-    """An adopted DGD keeps its own manifest: only the workers' replicas change, so a
-    promotion whose engine_args equal what runs changes nothing that restarts a pod."""
+    """An adopted DGD keeps its own manifest. Only what the plane declares changes: the
+    workers' replicas, and the engine's flags when `engine_args` differ from the flags it runs
+    with. A promotion whose engine_args equal those changes nothing that restarts a pod."""
     ref = desired["adopted"]
     version = (current or {}).get("apiVersion", "nvidia.com/v1beta1").split("/")[1]
     if current is None:
         return Action(None, ref["namespace"], ref["name"], version, None, "not on the cluster")
     spec = copy.deepcopy(current.get("spec") or {})
-    replicas = desired["replicas"]
-    changed = False
-    for component in _components(spec):
-        role = component.get("type") or component.get("componentType")
-        if role in WORKER_ROLES | {"main"} and component.get("replicas", 1) != replicas:
-            component["replicas"], changed = replicas, True
-    if not changed:
-        return Action(None, ref["namespace"], ref["name"], version, None, "up to date")
+    workers = [c for c in _components(spec) if _role(c) in WORKER_ROLES | {"main"}]
+    changed = []
+    for component in workers:
+        if component.get("replicas", 1) != desired["replicas"]:
+            component["replicas"] = desired["replicas"]
+            changed.append("workers rescaled")
+    flags = _flags_change(current, workers, list(desired.get("engine_args") or ()))
+    if flags:
+        changed.append(flags)
+    if not changed or changed == [_CANNOT_REWRITE]:
+        why = changed[0] if changed else "up to date"
+        return Action(None, ref["namespace"], ref["name"], version, None, why)
     key = "components" if "components" in spec else "services"
     patch = {"spec": {key: spec[key]}}
-    return Action("patch", ref["namespace"], ref["name"], version, patch, "workers rescaled")
+    return Action("patch", ref["namespace"], ref["name"], version, patch, "; ".join(changed))
+
+
+_CANNOT_REWRITE = "engine flags differ, but the manifest's command line cannot be rewritten"
+
+
+def _flags_change(current: Obj, workers: list[Obj], engine_args: list[str]) -> str | None:
+    """Rewrite the one worker's flags to `engine_args` when they differ from what it runs;
+    what was done, or why it could not be, or None when they are equal."""
+    try:
+        inspected = {c.name: c for c in inspect_dgd(current).components}
+    except ValueError:
+        return _CANNOT_REWRITE
+    running = [inspected.get(str(c.get("name", ""))) for c in workers]
+    if all(r is not None and list(r.imported_args) == engine_args for r in running):
+        return None
+    if len(workers) != 1 or running[0] is None or running[0].module is None:
+        return _CANNOT_REWRITE  # several workers (prefill and decode) run different flags
+    container = _main_container(workers[0])
+    if container is None or not _set_flags(container, running[0].module, engine_args):
+        return _CANNOT_REWRITE
+    return "engine flags set to engine_args"
+
+
+def _main_container(component: Obj) -> Obj | None:
+    if isinstance(component.get("extraPodSpec"), dict):  # v1alpha1
+        main = component["extraPodSpec"].get("mainContainer")
+        return main if isinstance(main, dict) else None
+    containers = ((component.get("podTemplate") or {}).get("spec") or {}).get("containers") or []
+    return next((c for c in containers if isinstance(c, dict) and c.get("name") == "main"), None)
+
+
+def _set_flags(container: Obj, module: str, flags: list[str]) -> bool:
+    """`python3 -m <module>` in the command with flags in args, or the module in args: set the
+    flags. A shell command line is not rewritten."""
+    command = list(container.get("command") or [])
+    args = list(container.get("args") or [])
+    if module in command and command[command.index(module) - 1 : command.index(module)] == ["-m"]:
+        container["command"] = command[: command.index(module) + 1]
+        container["args"] = flags
+        return True
+    if args[:2] == ["-m", module]:
+        container["args"] = ["-m", module, *flags]
+        return True
+    return False
+
+
+def _role(component: Obj) -> str | None:
+    role = (
+        component.get("type") or component.get("subComponentType") or component.get("componentType")
+    )
+    return str(role) if role else None
 
 
 def _components(spec: Obj) -> list[Obj]:

@@ -1,0 +1,238 @@
+"""Reconcile plans (pure) and the executor's zero-write rule, with a fake cluster at the `Kube`
+seam that records every write."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.operator.dgd import render_dgd
+from services.operator.kube import KubeBackend, plan
+
+NS = "wingsmith"
+SERVING = {
+    "model": "m",
+    "backend": "vllm",
+    "engine_version": "0.4.1",
+    "devices_per_replica": 2,
+    "parallelism": {"tensor": 2},
+}
+
+
+def desired(**changes: Any) -> dict[str, Any]:
+    return {
+        "deployment_id": "chat--east",
+        "workload_id": "chat",
+        "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
+        "generation": 1,
+        "serving": SERVING,
+        "serving_digest": "svg_0000000000000001",
+        "engine_args": [],
+        "replicas": 2,
+        "enabled": True,
+        "authority": "managed",
+        "adopted": None,
+    } | changes
+
+
+def adopted_dgd(replicas: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "nvidia.com/v1beta1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "qwen", "namespace": "serving", "resourceVersion": "7"},
+        "spec": {
+            "components": [
+                {"name": "Frontend", "type": "frontend", "replicas": 1},
+                {"name": "Worker", "type": "worker", "replicas": replicas},
+            ]
+        },
+    }
+
+
+def test_no_dgd_is_created_and_a_rendered_one_with_defaults_added_is_up_to_date() -> None:
+    assert (
+        plan("chat--east", desired(), None, namespace=NS, api_version="nvidia.com/v1beta1").verb
+        == "create"
+    )
+    current = render_dgd(desired(), namespace=NS)
+    current["metadata"]["resourceVersion"] = "12"  # what the server adds is no reason to write
+    current["spec"]["components"][0]["minAvailable"] = 1
+    action = plan("chat--east", desired(), current, namespace=NS, api_version="nvidia.com/v1beta1")
+    assert (action.verb, action.why) == (None, "up to date")
+
+
+def test_a_changed_render_is_patched_and_a_removal_deletes_only_what_we_rendered() -> None:
+    current = render_dgd(desired(), namespace=NS)
+    action = plan(
+        "chat--east", desired(replicas=3), current, namespace=NS, api_version="nvidia.com/v1beta1"
+    )
+    assert action.verb == "patch" and action.body is not None
+    assert action.body["spec"] == render_dgd(desired(replicas=3), namespace=NS)["spec"]
+    gone = plan(
+        "chat--east",
+        None,
+        current,
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+        previous=desired(),
+    )
+    assert gone.verb == "delete"
+    theirs = adopted_dgd()
+    kept = plan(
+        "chat--east",
+        None,
+        theirs,
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+        previous=desired(),
+    )
+    assert kept.verb is None
+
+
+def test_an_adopted_dgd_only_ever_gets_its_workers_rescaled() -> None:
+    ref = {"namespace": "serving", "name": "qwen"}
+    same = plan(
+        "q", desired(adopted=ref), adopted_dgd(2), namespace=NS, api_version="nvidia.com/v1beta1"
+    )
+    assert same.verb is None
+    scaled = plan(
+        "q",
+        desired(adopted=ref, replicas=3),
+        adopted_dgd(2),
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+    )
+    assert scaled.verb == "patch" and scaled.body is not None
+    components = scaled.body["spec"]["components"]
+    assert components == adopted_dgd(3)["spec"]["components"]  # nothing else changes
+
+
+class FakeKube:
+    """A cluster that holds one DGD and records every write."""
+
+    def __init__(self, current: dict[str, Any] | None) -> None:
+        self.current, self.writes = current, []
+
+    async def get_dgd(self, namespace: str, name: str, version: str = "v1beta1") -> Any:
+        return copy.deepcopy(self.current)
+
+    async def create_dgd(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(("create", body))
+        return body
+
+    async def patch_dgd(self, namespace: str, name: str, patch: Any, version: str) -> Any:
+        self.writes.append(("patch", patch))
+        return patch
+
+    async def delete_dgd(self, namespace: str, name: str, version: str) -> bool:
+        self.writes.append(("delete", name))
+        return True
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    replicas=st.integers(0, 6),
+    current_replicas=st.integers(0, 6),
+    exists=st.booleans(),
+    removed=st.booleans(),
+    read_only=st.booleans(),
+    observed=st.booleans(),
+)
+def test_observed_deployments_and_read_only_operators_never_write(
+    replicas: int,
+    current_replicas: int,
+    exists: bool,
+    removed: bool,
+    read_only: bool,
+    observed: bool,
+) -> None:
+    ref = {"namespace": "serving", "name": "qwen"} if observed else None
+    want = desired(replicas=replicas, authority="observed" if observed else "managed", adopted=ref)
+    current = (
+        (
+            adopted_dgd(current_replicas)
+            if observed
+            else render_dgd(desired(replicas=current_replicas), namespace=NS)
+        )
+        if exists
+        else None
+    )
+    kube = FakeKube(current)
+    backend = KubeBackend(kube, "east", NS, read_only=read_only)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        await backend.apply("chat--east", want)
+        if removed:
+            await backend.apply("chat--east", None)
+
+    asyncio.run(run())
+    if read_only or observed:
+        assert kube.writes == []
+    else:  # the same cluster, managed and writable, is written to whenever it differs
+        differs = not exists or current_replicas != replicas or removed
+        assert bool(kube.writes) == differs
+
+
+def with_worker_container(dgd: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    dgd["spec"]["components"][1]["podTemplate"] = {"spec": {"containers": [container]}}
+    return dgd
+
+
+FLAGS = ["--model", "Qwen/Qwen3-8B", "--tensor-parallel-size", "2"]
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0"
+
+
+def test_an_adopted_worker_gets_engine_args_only_when_they_differ_from_what_it_runs() -> None:
+    ref = {"namespace": "serving", "name": "qwen"}
+    container = {
+        "name": "main",
+        "image": IMAGE,
+        "command": ["python3", "-m", "dynamo.vllm"],
+        "args": FLAGS,
+    }
+    current = with_worker_container(adopted_dgd(), container)
+    same = plan(
+        "q",
+        desired(adopted=ref, engine_args=FLAGS),
+        current,
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+    )
+    assert same.verb is None
+    more = [*FLAGS, "--max-num-seqs", "64"]
+    changed = plan(
+        "q",
+        desired(adopted=ref, engine_args=more),
+        current,
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+    )
+    assert changed.verb == "patch" and changed.body is not None
+    worker = changed.body["spec"]["components"][1]
+    main = worker["podTemplate"]["spec"]["containers"][0]
+    assert (main["command"], main["args"], main["image"]) == (
+        ["python3", "-m", "dynamo.vllm"],
+        more,
+        IMAGE,
+    )
+
+
+def test_a_shell_command_line_is_never_rewritten() -> None:
+    ref = {"namespace": "serving", "name": "qwen"}
+    script = "python3 -m dynamo.vllm " + " ".join(FLAGS)
+    container = {"name": "main", "image": IMAGE, "command": ["/bin/sh", "-c"], "args": [script]}
+    current = with_worker_container(adopted_dgd(), container)
+    action = plan(
+        "q",
+        desired(adopted=ref, engine_args=[]),
+        current,
+        namespace=NS,
+        api_version="nvidia.com/v1beta1",
+    )
+    assert action.verb is None and "cannot be rewritten" in action.why
