@@ -195,3 +195,23 @@ async def test_liveness_marks_only_silent_reachable_operated_clusters() -> None:
     assert liveness.silent() == ["west"]
     now[0] = 16
     assert liveness.silent() == ["east", "west"]
+
+
+def test_replaying_every_observation_changes_nothing() -> None:
+    deployment = admitted_deployment()
+    repo = fleet()
+    repo.add(deployment)
+    reports = [
+        (observe_replica, replica("started", version=1)),
+        (observe_replica, replica("ready", version=2)),
+        (observe_deployment, status("ready", 1).model_copy(update={"version": 3})),
+        (observe_discovery, observe(sighting(), 9)),
+        (observe_replica, replica("terminated", version=4)),
+    ]
+    for handler, report in reports:
+        handler(repo, report, cluster())  # type: ignore[operator]
+    for aggregate in list(repo.items.values()):
+        aggregate.collect_events()
+    for handler, report in reports:  # the same reports again, e.g. redelivered after a restart
+        handler(repo, report, cluster())  # type: ignore[operator]
+    assert [e for a in repo.items.values() for e in a.collect_events()] == []
