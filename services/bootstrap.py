@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from adapters import nats_bus
-from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from adapters.checkpoints import CheckpointStore
+from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.simulated import SimNode, SimulatedCluster
 from adapters.store import Notification, StoreThread, store_env
