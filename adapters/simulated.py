@@ -22,6 +22,8 @@ import contextlib
 import itertools
 import logging
 import re
+import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -92,14 +94,19 @@ class SimulatedCluster:
         *,
         ready_after: float = 0.3,
         inventory_every: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.cluster_id, self.nodes = cluster_id, nodes
         self.ready_after, self.inventory_every = ready_after, inventory_every
+        self.read_only = read_only
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
         self.failing: dict[str, str] = {}  # deployment id -> digest whose image cannot be pulled
+        # Pod names and report versions go on across restarts, as a real cluster's do: a new
+        # start neither reuses a name nor orders its reports before the last start's.
+        self._instance = uuid.uuid4().hex[:5]
         self._names = itertools.count()
-        self._versions = itertools.count(1)
+        self._versions = itertools.count(time.time_ns() // 1000)
         self._later: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._report: Report | None = None
@@ -107,11 +114,21 @@ class SimulatedCluster:
     # -- the backend ---------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        """Keep the desired state; run it unless the operator is read-only or the deployment is
+        observed (then nothing on the cluster changes, as for a real one)."""
         async with self._lock:
             if desired is None:
                 self.desired.pop(deployment_id, None)
             else:
                 self.desired[deployment_id] = desired
+            observed = desired is not None and desired.get("authority", "managed") != "managed"
+            if self.read_only or observed:
+                log.info(
+                    "%s: not applied (%s)",
+                    deployment_id,
+                    "read-only" if self.read_only else "observed",
+                )
+                return
             await self._reconcile(deployment_id)
 
     async def observe(self, report: Report) -> None:
@@ -224,7 +241,8 @@ class SimulatedCluster:
             return None
         devices, node.free = tuple(node.free[:per]), node.free[per:]
         pod = Pod(
-            f"{want['workload_id']}-{want['serving_digest'][-6:]}-{next(self._names)}",
+            f"{want['workload_id']}-{want['serving_digest'][-6:]}-{self._instance}"
+            f"{next(self._names)}",
             node,
             devices,
             want["serving_digest"],

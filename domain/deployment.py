@@ -272,12 +272,13 @@ class Deployment(Aggregate):
         self._record(DeploymentFailed, cause, reason=reason, message=message)
 
     def observe_status(self, cause: Cause, status: DeploymentStatus, *, version: int = 0) -> bool:
-        """Record the cluster's status. `version` is the cluster's own ordering (0: none); a
-        report older than the one recorded changes nothing and returns False."""
+        """Record the cluster's status. `version` is the cluster's own ordering (0: none): a
+        report older than the one recorded changes nothing and returns False, and a newer one
+        is recorded even when it says the same, so that no older report can undo it."""
         require_writer(cause, Writer.CLUSTER, "status")
         if not self._fresh(version):
             return False
-        if status != self.status:
+        if status != self.status or version > self.status_version:
             self._record(StatusObserved, cause, status=status, version=version)
         return True
 
@@ -290,7 +291,7 @@ class Deployment(Aggregate):
         if not self._fresh(version):
             return False
         live = {digest: count for digest, count in live_digests.items() if count}
-        if live != self.live_digests:
+        if live != self.live_digests or version > self.status_version:
             self._record(LiveDigestsObserved, cause, live_digests=live, version=version)
         return True
 

@@ -64,17 +64,20 @@ class Replica(Aggregate):
 
     def mark_ready(self, cause: Cause, *, version: int = 0) -> None:
         self._check_live(cause)
-        if not self.ready and self._fresh(version):
+        if self._news(self.ready is False, version):
             self._record(ReplicaReady, cause, version=version)
 
     def mark_not_ready(self, cause: Cause, *, version: int = 0) -> None:
         self._check_live(cause)
-        if self.ready and self._fresh(version):
+        if self._news(self.ready is True, version):
             self._record(ReplicaNotReady, cause, version=version)
 
-    def _fresh(self, version: int) -> bool:
-        """An observation older than the last one applied is late news: ignore it."""
-        return not 0 < version < self.observed_version
+    def _news(self, changes: bool, version: int) -> bool:
+        """Whether a report is worth an event: not older than the last one applied (late news
+        is ignored), and either a change or newer (so that no older report can undo it)."""
+        if 0 < version < self.observed_version:
+            return False
+        return changes or version > self.observed_version
 
     def terminate(self, cause: Cause) -> None:
         require_writer(cause, Writer.CLUSTER, "a replica")

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 # A DNS label: it is safe as a Kubernetes name, a NATS subject token and a KV key.
-Name = Annotated[
-    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length=1, max_length=63)
-]
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, min_length=1, max_length=63)]
+
+
+def is_name(text: str) -> bool:
+    """Whether `text` is a valid `Name`."""
+    return len(text) <= 63 and re.fullmatch(NAME_PATTERN, text) is not None
+
+
 # Device classes come from node labels (`NVIDIA-H100-80GB-HBM3`), so upper case is allowed.
 DeviceClass = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([-_A-Za-z0-9]*[A-Za-z0-9])?$", max_length=63)

@@ -293,11 +293,12 @@ class DeploymentHealth(Projection):
         return self._stale(cluster_id, False)
 
     def _stale(self, cluster_id: str, stale: bool) -> Keys:
-        return [
-            d
-            for d in self.on_cluster.get(cluster_id, ())
-            if self.views[d]["stale"] != stale and self._set(d, "stale", stale)
+        changed = [
+            d for d in self.on_cluster.get(cluster_id, ()) if self.views[d]["stale"] != stale
         ]
+        for deployment_id in changed:
+            self._set(deployment_id, "stale", stale)
+        return changed
 
     @staticmethod
     def _admission(phase: str, reason: str | None, e: E, **details: Any) -> dict[str, Any]:

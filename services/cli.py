@@ -23,10 +23,11 @@ from adapters.checkpoints import CheckpointStore
 from adapters.kube import Kube
 from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
+from domain.values import is_name
 from projections.audit import Entry, Timeline
 from projections.fleet import PROJECTIONS
 from services.bootstrap import connect, running_hub, running_projector, simulated_operators
-from services.commands import NAME, json_schemas
+from services.commands import json_schemas
 from services.config import Settings
 from services.operator.dgd import render_yaml
 from services.operator.inspect import inspect_dgd, load_manifest
@@ -214,8 +215,10 @@ async def _up(args: argparse.Namespace) -> int:
         for task in failed:
             error = task.exception() if not task.cancelled() else None
             logging.error("%s stopped unexpectedly: %r; shutting down", task.get_name(), error)
-        for task in tasks[len(hub.tasks) :]:
+        extras = tasks[len(hub.tasks) :]
+        for task in extras:
             task.cancel()
+        await asyncio.gather(*extras, return_exceptions=True)
         print("wingsmith hub stopping", flush=True)
     return 1 if failed else 0
 
@@ -229,7 +232,7 @@ def _simulated_cluster(text: str) -> tuple[str, list[SimNode]]:
 
 
 def _name(text: str) -> str:
-    if not NAME.fullmatch(text):
+    if not is_name(text):
         raise argparse.ArgumentTypeError(f"{text!r}: a cluster id is a DNS label (a-z, 0-9, -)")
     return text
 
@@ -269,14 +272,17 @@ async def _demo(nc: nats_bus.Connection, clusters: dict[str, list[SimNode]]) -> 
     ]
     for subject, body in commands:
         body["command_id"] = f"demo-{subject}"
+        reply: dict[str, Any] = {"error": "the hub did not answer"}
         for _ in range(50):  # the hub answers once its command service runs
             try:
-                reply = orjson.loads(
-                    await nats_bus.request(nc, f"wingsmith.cmd.{subject}", orjson.dumps(body), 2.0)
+                answer = await nats_bus.request(
+                    nc, f"wingsmith.cmd.{subject}", orjson.dumps(body), 2.0
                 )
-                break
             except nats_bus.NatsError:
                 await asyncio.sleep(0.2)
+                continue
+            reply = orjson.loads(answer)
+            break
         print(f"demo: {subject}: {'ok' if reply.get('ok') else reply.get('error')}", flush=True)
 
 
@@ -347,11 +353,13 @@ async def _operator(args: argparse.Namespace) -> int:
         async with contextlib.AsyncExitStack() as stack:
             if args.simulated:
                 cluster = SimulatedCluster(
-                    args.cluster_id, nodes_from_spec(args.cluster_id, args.simulated)
+                    args.cluster_id,
+                    nodes_from_spec(args.cluster_id, args.simulated),
+                    read_only=options.read_only,
                 )
                 backend: Backend = cluster
                 faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")
-                stack.callback(faults.cancel)
+                stack.push_async_callback(_cancelled, faults)
             else:
                 kube = await stack.enter_async_context(
                     Kube(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
@@ -374,6 +382,11 @@ async def _operator(args: argparse.Namespace) -> int:
     finally:
         await nc.close()
     return 0
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _render(args: argparse.Namespace) -> int:

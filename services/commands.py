@@ -7,7 +7,6 @@ handler, and carries a client-chosen `command_id` that makes resending it harmle
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -19,7 +18,6 @@ from domain.deployment import DeploymentStatus
 from domain.discovery import Sighting
 from domain.values import DeviceClass, EngineArg, Name, ServingConfig
 
-NAME = re.compile(r"(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # what `Name` accepts
 CommandId = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][-_.:A-Za-z0-9]*$", min_length=1, max_length=128)
 ]

@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from domain.base import Aggregate, AlreadyExists, Cause, DomainError, InvalidValue, NotFound
 from domain.cluster import Cluster
 from domain.deployment import AdmissionPhase, AdmissionReason, Authority, ClusterPhase, Deployment
-from domain.discovery import Discovery, DiscoveryState
+from domain.discovery import Discovery, DiscoveryState, Sighting
 from domain.project import Project
 from domain.replica import Replica
-from domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode
+from domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode, is_name
 from domain.workload import Workload
 from services import commands as c
 
@@ -322,7 +322,7 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
     if primary is None:
         raise InvalidValue("the sighting has no worker to adopt", field="discovery_id")
     workload_id = cmd.workload_id or sighting.name
-    if not c.NAME.fullmatch(workload_id):
+    if not is_name(workload_id):
         raise InvalidValue(
             f"{workload_id!r} is not a valid workload id: give workload_id", field="workload_id"
         )
@@ -366,7 +366,6 @@ def _serving_of(discovery: Discovery) -> ServingConfig:
         if value is None:
             raise InvalidValue(f"the manifest does not say the {field}: give serving", field=field)
     disaggregated = bool({component.role for component in s.workers()} & {"prefill", "decode"})
-    primary = s.primary()
     try:
         return ServingConfig(
             model=s.model,
@@ -374,7 +373,7 @@ def _serving_of(discovery: Discovery) -> ServingConfig:
             engine_version=s.engine_version or "unknown",
             image=s.image,
             mode=ServingMode.DISAGGREGATED if disaggregated else ServingMode.AGGREGATED,
-            devices_per_replica=primary.gpus_per_replica if primary else 0,
+            devices_per_replica=_devices_per_replica(s),
             parallelism=Parallelism(tensor=s.tensor_parallel or 1),
         )
     except ValidationError as e:
@@ -385,6 +384,19 @@ def _serving_of(discovery: Discovery) -> ServingConfig:
             "give serving",
             field=f"serving.{where}",
         ) from None
+
+
+def _devices_per_replica(s: Sighting) -> int:
+    """All workers' devices per replica of the primary worker: in a disaggregated graph the
+    prefill workers' count with the decode workers'. 0 when they do not divide evenly."""
+    primary = s.primary()
+    if primary is None:
+        return 0
+    workers = s.workers()
+    if not primary.replicas:
+        return sum(c.gpus_per_replica for c in workers)
+    total = sum(c.gpus_per_replica * c.replicas for c in workers)
+    return total // primary.replicas if total % primary.replicas == 0 else 0
 
 
 def _one_device_class(cluster: Cluster) -> str:

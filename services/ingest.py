@@ -10,6 +10,7 @@ refused for good, with a warning, and nothing is stored.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -56,7 +57,10 @@ def parse(subject: str, data: bytes, msg_id: str) -> c.Command:
             f"{subject}: cluster_id {body.get('cluster_id')!r} is not the subject's cluster "
             f"{cluster_id!r}"
         )
-    command_id = "obs:" + _ID_UNSAFE.sub("-", msg_id)[:120]
+    command_id = "obs:" + _ID_UNSAFE.sub("-", msg_id)
+    if len(command_id) > 120:  # long ids keep their start and a hash of the whole: no collision
+        digest = hashlib.sha256(msg_id.encode()).hexdigest()[:24]
+        command_id = f"{command_id[:95]}-{digest}"
     try:
         return KINDS[kind].model_validate(body | {"command_id": command_id})
     except ValidationError as e:

@@ -27,7 +27,8 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from adapters.kube import Change, KindNotServed, Kube, KubeConflict
+from adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
+from domain.discovery import WORKER_ROLES as ENGINE_ROLES
 from services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
@@ -37,7 +38,7 @@ from services.operator.dgd import (
     deployment_label,
     render_dgd,
 )
-from services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
+from services.operator.inspect import Inspection, inspect_dgd, is_rendered_by_wingsmith
 from services.operator.runtime import Report
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
-WORKER_ROLES = {"worker", "prefill", "decode"}
+WORKER_ROLES = set(ENGINE_ROLES)  # including `main`, a legacy single worker
 STATES = {"successful": "ready", "failed": "failed", "pending": "pending"}
 
 
@@ -81,8 +82,9 @@ def plan(
     version = api_version.split("/")[1]
     if desired is None:
         was = previous or {}
-        name = was.get("workload_id", deployment_id.split("--")[0])
-        if current is None or was.get("adopted") or not is_rendered_by_wingsmith(current):
+        name = was.get("workload_id", deployment_id.rsplit("--", 1)[0])
+        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(ANNOTATION_DEPLOYMENT_ID) != deployment_id or was.get("adopted"):
             return Action(None, namespace, name, version, None, "nothing of ours to remove")
         return Action("delete", namespace, name, version, None, "the deployment was removed")
     if desired.get("adopted"):
@@ -105,14 +107,17 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
     version = (current or {}).get("apiVersion", "nvidia.com/v1beta1").split("/")[1]
     if current is None:
         return Action(None, ref["namespace"], ref["name"], version, None, "not on the cluster")
+    try:
+        inspection = inspect_dgd(current)
+    except ValueError as e:
+        return Action(None, ref["namespace"], ref["name"], version, None, f"unreadable: {e}")
     spec = copy.deepcopy(current.get("spec") or {})
-    workers = [c for c in _components(spec) if _role(c) in WORKER_ROLES | {"main"}]
+    workers = [c for c in _components(spec) if _role(c) in WORKER_ROLES]
     changed = []
-    for component in workers:
-        if component.get("replicas", 1) != desired["replicas"]:
-            component["replicas"] = desired["replicas"]
-            changed.append("workers rescaled")
-    flags = _flags_change(current, workers, list(desired.get("engine_args") or ()))
+    primary = inspection.primary
+    if _rescale(workers, primary.replicas if primary else None, desired["replicas"]):
+        changed.append("workers rescaled")
+    flags = _flags_change(inspection, workers, list(desired.get("engine_args") or ()))
     if flags:
         changed.append(flags)
     if not changed or changed == [_CANNOT_REWRITE]:
@@ -126,20 +131,29 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
 _CANNOT_REWRITE = "engine flags differ, but the manifest's command line cannot be rewritten"
 
 
-def _flags_change(current: Obj, workers: list[Obj], engine_args: list[str]) -> str | None:
-    """Rewrite the one worker's flags to `engine_args` when they differ from what it runs;
-    what was done, or why it could not be, or None when they are equal."""
-    try:
-        inspected = {c.name: c for c in inspect_dgd(current).components}
-    except ValueError:
-        return _CANNOT_REWRITE
-    running = [inspected.get(str(c.get("name", ""))) for c in workers]
-    if all(r is not None and list(r.imported_args) == engine_args for r in running):
+def _rescale(workers: list[Obj], base: int | None, replicas: int) -> bool:
+    """Scale the workers so that the primary one (the deployment's replicas) has `replicas`,
+    keeping the others in proportion (prefill to decode, say)."""
+    changed = False
+    for component in workers:
+        now = int(component.get("replicas", 1))
+        wanted = round(now * replicas / base) if base else replicas
+        wanted = max(wanted, 1) if replicas else 0
+        if wanted != now:
+            component["replicas"], changed = wanted, True
+    return changed
+
+
+def _flags_change(inspection: Inspection, workers: list[Obj], engine_args: list[str]) -> str | None:
+    """engine_args are the primary worker's flags: rewrite them when they differ from what it
+    runs. What was done, or why it could not be; None when they are equal."""
+    primary = inspection.primary
+    if primary is None or list(primary.imported_args) == engine_args:
         return None
-    if len(workers) != 1 or running[0] is None or running[0].module is None:
+    if len(workers) != 1 or primary.module is None:
         return _CANNOT_REWRITE  # several workers (prefill and decode) run different flags
     container = _main_container(workers[0])
-    if container is None or not _set_flags(container, running[0].module, engine_args):
+    if container is None or not _set_flags(container, primary.module, engine_args):
         return _CANNOT_REWRITE
     return "engine flags set to engine_args"
 
@@ -221,9 +235,8 @@ class KubeBackend:
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last desired state applied
         self._report: Report | None = None
-        self._dgds: dict[tuple[str, str], Obj] = {}
-        self._pods: dict[tuple[str, str], Obj] = {}
-        self._nodes: dict[str, Obj] = {}
+        # what the cluster holds, per kind ("dgd", "pod", "node") and (namespace, name)
+        self._cache: dict[str, dict[tuple[str, str], Obj]] = {"dgd": {}, "pod": {}, "node": {}}
         self._synced: set[str] = set()
         self._reported: dict[str, str] = {}  # what was last reported per key: no repeats
         self._locks: dict[str, asyncio.Lock] = {}  # one reconcile at a time per deployment
@@ -235,10 +248,15 @@ class KubeBackend:
             await self._apply(deployment_id, desired)
 
     async def _restore(self, deployment_id: str) -> None:
-        """Someone changed or deleted what we rendered: put back what is desired now."""
+        """Someone changed or deleted what we rendered: put back what is desired now. A failure
+        here is logged: the next change, or the next render message, tries again."""
         async with self._locks.setdefault(deployment_id, asyncio.Lock()):
-            if (desired := self.desired.get(deployment_id)) is not None:
+            if (desired := self.desired.get(deployment_id)) is None:
+                return
+            try:
                 await self._apply(deployment_id, desired)
+            except (KubeError, ValueError, RuntimeError) as e:
+                log.warning("%s: could not put it back: %s", deployment_id, e)
 
     async def _apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         previous = self.desired.get(deployment_id)
@@ -298,19 +316,20 @@ class KubeBackend:
             action.name,
             why,
         )
-        if self._report is not None:
-            await self._report(
-                "action",
-                {
-                    "deployment_id": deployment_id,
-                    "verb": action.verb,
-                    "namespace": action.namespace,
-                    "name": action.name,
-                    "performed": performed,
-                    "reason": why,
-                },
-                None,
-            )
+        report = {
+            "deployment_id": deployment_id,
+            "verb": action.verb,
+            "namespace": action.namespace,
+            "name": action.name,
+            "performed": performed,
+            "reason": why,
+        }
+        if performed:
+            self._reported.pop(f"would:{deployment_id}", None)
+            if self._report is not None:
+                await self._report("action", report, None)
+        else:  # held back again and again (each change of the DGD): reported once
+            await self._send(f"would:{deployment_id}", "action", report)
 
     async def _write(self, action: Action) -> None:
         if action.verb == "create":
@@ -326,49 +345,65 @@ class KubeBackend:
 
     async def observe(self, report: Report) -> None:
         self._report = report
+        dgds: Kind = "dgd/v1beta1" if self.api_version.endswith("v1beta1") else "dgd/v1alpha1"
         async with asyncio.TaskGroup() as tasks:
-            for kind in ("dgd/v1beta1", "dgd/v1alpha1", "pod", "node"):
-                tasks.create_task(self._follow(kind), name=kind)
+            tasks.create_task(self._follow_dgds(dgds), name="dgd")
+            tasks.create_task(self._follow("pod", "pod"), name="pod")
+            tasks.create_task(self._follow("node", "node"), name="node")
 
-    async def _follow(self, kind: Any) -> None:
+    async def _follow_dgds(self, kind: Kind) -> None:
+        """The API server converts between DGD versions, so one version shows every DGD: the
+        one rendered, or v1alpha1 on clusters whose Dynamo predates v1beta1."""
         try:
-            async with self.kube.informer(kind) as changes:
-                async for change in changes:
-                    await self._on_change(kind, change)
+            await self._follow(kind, "dgd")
         except KindNotServed:
-            log.info("%s is not served by this cluster: not watching it", kind)
+            if kind == "dgd/v1alpha1":
+                raise
+            log.warning("this cluster does not serve DGD v1beta1: watching v1alpha1")
+            await self._follow("dgd/v1alpha1", "dgd")
 
-    async def _on_change(self, kind: str, change: Change) -> None:
+    async def _follow(self, kind: Kind, cache: str) -> None:
+        """Mirror one kind into its cache. A new informer lists everything again: what the
+        cache holds that the list does not is gone (it went while nobody watched)."""
+        listed: set[tuple[str, str]] | None = set()
+        async with self.kube.informer(kind) as changes:
+            async for change in changes:
+                if change.type == "SYNCED" and listed is not None:
+                    for key in set(self._cache[cache]) - listed:
+                        await self._on_change(cache, Change("DELETED", self._cache[cache][key]))
+                    listed = None
+                elif listed is not None:
+                    listed.add(_key(change.obj))
+                await self._on_change(cache, change)
+
+    async def _on_change(self, cache: str, change: Change) -> None:
         if change.type == "SYNCED":
-            self._synced.add(kind)
-            if kind == "node":
+            self._synced.add(cache)
+            if cache == "node":
                 await self._report_inventory()
             return
-        obj = change.obj
-        meta = obj.get("metadata", {})
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        gone = change.type == "DELETED"
-        if kind.startswith("dgd/"):
-            _store(self._dgds, key, obj, gone)
+        obj, gone = change.obj, change.type == "DELETED"
+        if gone:
+            self._cache[cache].pop(_key(obj), None)
+        else:
+            self._cache[cache][_key(obj)] = obj
+        if cache == "dgd":
             await self._on_dgd(obj, gone)
             deployment_id = self._deployment_of_dgd(obj)
             if deployment_id is not None and is_rendered_by_wingsmith(obj):
                 await self._restore(deployment_id)
-        elif kind == "pod":
-            _store(self._pods, key, obj, gone)
+        elif cache == "pod":
             await self._on_pod(obj, gone)
-        else:
-            _store(self._nodes, key[1], obj, gone)
-            if "node" in self._synced:
-                await self._report_inventory()
+        elif "node" in self._synced:
+            await self._report_inventory()
 
     async def _resync(self, deployment_id: str) -> None:
         """Report again what was seen of a deployment before its desired state arrived: its
         pods and DGD could not be told apart from others' until then."""
-        for dgd in list(self._dgds.values()):
+        for dgd in list(self._cache["dgd"].values()):
             if self._deployment_of_dgd(dgd) == deployment_id:
                 await self._on_dgd(dgd, gone=False)
-        for pod in list(self._pods.values()):
+        for pod in list(self._cache["pod"].values()):
             if self._deployment_of_pod(pod) == deployment_id:
                 await self._on_pod(pod, gone=False)
 
@@ -431,7 +466,7 @@ class KubeBackend:
     async def _report_live_digests(self, deployment_id: str) -> None:
         digests = Counter(
             _digest(pod, self.desired.get(deployment_id, {}))
-            for pod in self._pods.values()
+            for pod in self._cache["pod"].values()
             if self._deployment_of_pod(pod) == deployment_id
             and _is_worker(pod)
             and _pod_state(pod, False) != "terminated"
@@ -449,18 +484,20 @@ class KubeBackend:
                 ),
                 "topology_domain": labels.get(TOPOLOGY_LABEL),
             }
-            for name, node in sorted(self._nodes.items())
+            for (_, name), node in sorted(self._cache["node"].items())
             if GPU_PRODUCT_LABEL in (labels := node["metadata"].get("labels") or {})
         ]
         await self._send("inventory", "inventory", {"nodes": nodes})
 
     async def _send(self, key: str, kind: str, payload: Obj) -> None:
-        """Report, unless it is what was last reported under `key`."""
-        body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-        digest = hashlib.sha256(body).hexdigest()[:16]
+        """Report, unless it says what was last reported under `key` (its `version` aside: an
+        object rewritten with the same content is no news). A return to an earlier content is
+        news, and goes out under a message id of its own."""
+        content = {k: v for k, v in payload.items() if k != "version"}
+        digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if self._report is None or self._reported.get(key) == digest:
             return
-        await self._report(kind, payload, f"{key}:{digest}")
+        await self._report(kind, payload, None)
         self._reported[key] = digest
 
     # -- which deployment ---------------------------------------------------------------
@@ -486,11 +523,9 @@ class KubeBackend:
         return next((d for d, want in self.desired.items() if want.get("adopted") == ref), None)
 
 
-def _store(cache: dict[Any, Obj], key: Any, obj: Obj, gone: bool) -> None:
-    if gone:
-        cache.pop(key, None)
-    else:
-        cache[key] = obj
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return meta.get("namespace", ""), meta.get("name", "")
 
 
 def _version(meta: Mapping[str, Any]) -> int:
@@ -569,5 +604,5 @@ def _worker_name(dgd: Obj, name: str) -> bool:
             return component.get("type") in WORKER_ROLES
     service = (spec.get("services") or {}).get(name)
     if isinstance(service, dict):
-        return service.get("componentType") in WORKER_ROLES | {"main"}
+        return service.get("componentType") in WORKER_ROLES
     return False

@@ -61,11 +61,25 @@ class Reporter:
 async def run_operator(nc: nats_bus.Connection, backend: Backend, options: OperatorOptions) -> None:
     """Run until cancelled; each part restarts on its own after a failure."""
     report = Reporter(nc, options.cluster_id)
-    async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(_forever("heartbeats", _heartbeats(report, options)), name="heartbeats")
-        tasks.create_task(_forever("observe", lambda: backend.observe(report)), name="observe")
-        desired = lambda: _follow_desired(nc, options.cluster_id, backend)  # noqa: E731
-        tasks.create_task(_forever("desired state", desired), name="desired-state")
+    parts = {
+        "heartbeats": _heartbeats(report, options),
+        "observe": lambda: backend.observe(report),
+        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend),
+    }
+    tasks = [asyncio.create_task(_forever(name, run), name=name) for name, run in parts.items()]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        await _stop(tasks)
+
+
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until every task has ended: nats-py waits with asyncio.wait_for, which on Python
+    3.11 can swallow a cancellation that lands as it completes (a TaskGroup cancels only once)."""
+    while pending := [t for t in tasks if not t.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.5)
 
 
 async def _forever(what: str, run: Callable[[], Awaitable[None]]) -> None:
@@ -74,6 +88,8 @@ async def _forever(what: str, run: Callable[[], Awaitable[None]]) -> None:
             await run()
             return
         except Exception as e:
+            if (task := asyncio.current_task()) is not None and task.cancelling():
+                raise asyncio.CancelledError from e  # stopping: a swallowed cancel is not a failure
             log.warning("operator %s: %s: %s; starting again", what, type(e).__name__, e)
             await asyncio.sleep(1.0)
 
@@ -95,14 +111,31 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
 
 
 async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Backend) -> None:
+    """Apply each deployment's desired state in the order the hub decided it: a message that
+    comes back after a newer one for the same deployment was applied is old news. One the
+    backend can never apply (it cannot be expressed) is logged and not tried again."""
+    applied: dict[str, int] = {}  # deployment id -> store position of the last one applied
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
             deployment_id = delivery.subject.split(".", 3)[3]
+            position = _position(delivery.msg_id)
+            if position and position < applied.get(deployment_id, 0):
+                await delivery.ack()
+                continue
             desired = orjson.loads(delivery.data) if delivery.data else None
             try:
                 await backend.apply(deployment_id, desired)
+            except ValueError as e:
+                log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
             except Exception as e:
                 log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
                 await delivery.retry(delay=2.0)
                 continue
+            applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
+
+
+def _position(msg_id: str) -> int:
+    """The hub's store position, the last part of a render message's id (`render:<key>:<n>`)."""
+    tail = msg_id.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0

@@ -18,7 +18,12 @@ from nats.aio.client import Client
 
 from adapters import nats_bus
 from adapters.kube import Kube
-from services.operator.dgd import LABEL_DEPLOYMENT, LABEL_SERVING_DIGEST, deployment_label
+from services.operator.dgd import (
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING_DIGEST,
+    deployment_label,
+    render_dgd,
+)
 from services.operator.inspect import load_manifest
 from services.operator.kube import KubeBackend
 from services.operator.runtime import OperatorOptions, run_operator
@@ -204,15 +209,25 @@ async def test_read_only_writes_nothing_yet_keeps_desired_state_and_observes(
 ) -> None:
     async with operator(client, read_only=True) as cluster:
         await cluster_create(cluster.emulator, "node", node("gpu-1", gpus=8))
+        drifted = render_dgd(desired(replicas=1), namespace=NAMESPACE)  # it runs 1, not 2
+        await cluster_create(cluster.emulator, DGD, drifted)
         await cluster.render(desired())
-        await cluster.until_reported("action", lambda r: not r["performed"], "a would-create")
+        await cluster.until_reported(
+            "action", lambda r: (r["verb"], r["performed"]) == ("patch", False), "a would-patch"
+        )
         assert cluster.backend.desired["llama--east"]["replicas"] == 2  # kept
         await cluster.until_reported(
             "inventory", lambda r: [n["devices"] for n in r["nodes"]] == [8], "the inventory"
         )
+        await cluster.until_reported(
+            "deployment", lambda r: r.get("status") is not None, "the DGD's status"
+        )
         await cluster.render(None)
+        await cluster.until_reported(
+            "action", lambda r: (r["verb"], r["performed"]) == ("delete", False), "a would-delete"
+        )
         assert write_requests(cluster.emulator) == []
-        assert await cluster.dgd() is None
+        assert await cluster.dgd() is not None
 
 
 async def test_pods_are_reported_as_replicas_with_devices_and_readiness(client: Client) -> None:
@@ -259,7 +274,8 @@ async def test_dgds_it_did_not_render_are_reported_as_discovered(
     manifest = load_manifest((FIXTURES / fixture).read_text())
     manifest["metadata"]["namespace"] = NAMESPACE
     version = manifest["apiVersion"].split("/")[1]
-    async with operator(client) as cluster:
+    # kmock does not convert between versions as an API server does: watch the fixture's own
+    async with operator(client, api_version=manifest["apiVersion"]) as cluster:
         await cluster_create(cluster.emulator, f"dgd/{version}", manifest)  # type: ignore[arg-type]
         found = await cluster.until_reported("discovery", lambda r: True, "the discovery")
         sighting = found["sighting"]

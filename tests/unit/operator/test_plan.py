@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.operator.dgd import render_dgd
+from services.operator.inspect import inspect_dgd, load_manifest
 from services.operator.kube import KubeBackend, plan
 
 NS = "wingsmith"
@@ -236,3 +239,31 @@ def test_a_shell_command_line_is_never_rewritten() -> None:
         api_version="nvidia.com/v1beta1",
     )
     assert action.verb is None and "cannot be rewritten" in action.why
+
+
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures" / "dgd"
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.yaml")))
+def test_managing_an_adopted_dgd_as_it_runs_writes_nothing(fixture: str) -> None:
+    """The first render after a promotion: the replicas and flags the manifest has."""
+    current = load_manifest((FIXTURES / fixture).read_text())
+    primary = inspect_dgd(current).primary
+    if primary is None:
+        pytest.skip("no engine worker to adopt")
+    ref = {
+        "namespace": current["metadata"].get("namespace", "x"),
+        "name": current["metadata"]["name"],
+    }
+    want = desired(adopted=ref, replicas=primary.replicas, engine_args=list(primary.imported_args))
+    action = plan("q", want, current, namespace=NS, api_version="nvidia.com/v1beta1")
+    assert action.verb is None, action.why
+    if primary.replicas:  # scaling the primary keeps the other workers in proportion
+        scaled = plan(
+            "q",
+            want | {"replicas": primary.replicas * 2},
+            current,
+            namespace=NS,
+            api_version="nvidia.com/v1beta1",
+        )
+        assert scaled.verb == "patch" and scaled.why == "workers rescaled"

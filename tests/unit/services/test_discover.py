@@ -171,9 +171,13 @@ def test_late_reports_change_nothing() -> None:
     observe_replica(repo, replica("not_ready", version=7), cluster())
     observe_replica(repo, replica("ready", version=6), cluster())  # older than the last
     assert not repo.get(Replica, "chat--east--chat-0").ready
-    ready = status("ready", 1).model_copy(update={"version": 9})
-    observe_deployment(repo, ready, cluster())
-    late = status("failed", 0).model_copy(update={"version": 8})
+    observe_replica(repo, replica("not_ready", version=8), cluster())  # the same, newer
+    observe_replica(repo, replica("ready", version=7), cluster())  # older than that
+    assert not repo.get(Replica, "chat--east--chat-0").ready
+    observe_deployment(repo, status("ready", 1).model_copy(update={"version": 5}), cluster())
+    again = status("ready", 1).model_copy(update={"command_id": "again", "version": 9})
+    observe_deployment(repo, again, cluster())  # the same, newer: recorded so nothing undoes it
+    late = status("failed", 0).model_copy(update={"version": 7})
     observe_deployment(repo, late, cluster())
     assert deployment.admission_phase is AdmissionPhase.RUNNING
     assert deployment.status is not None and deployment.status.ready_replicas == 1
