@@ -23,8 +23,8 @@ from services.operator.inspect import (
     inspect_dgd,
     is_rendered_by_wingsmith,
     load_manifest,
-    shell_commands,
 )
+from services.operator.shell import shell_commands
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 DGD_FIXTURES = FIXTURES / "dgd"

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from services.operator.dgd import render_dgd
 from services.operator.inspect import inspect_dgd, load_manifest
-from services.operator.kube import KubeBackend, plan
+from services.operator.kube import KubeBackend
+from services.operator.plan import plan
 
 NS = "wingsmith"
 SERVING = {
