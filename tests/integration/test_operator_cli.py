@@ -1,0 +1,136 @@
+"""The operator's command line as a person runs it: `wingsmith operator --kubeconfig` in its own
+process against kmock and a real nats-server, `wingsmith render` and `wingsmith inspect-dgd`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.nats_server import EmbeddedNatsServer
+from services.bootstrap import Hub
+
+from .conftest import wait_for
+from .kube_fixtures import NAMESPACE, kube_emulator
+from .test_operator import desired
+
+WINGSMITH = [sys.executable, "-m", "services.cli"]
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "dgd"
+
+
+def env(nats_url: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WINGSMITH_", "HANGAR_"))}
+    return clean | {"WINGSMITH_NATS_URL": nats_url}
+
+
+async def test_the_operator_command_reconciles_a_cluster_from_its_kubeconfig(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    await nats_bus.ensure_streams(client)
+    async with kube_emulator() as (_, server, kube):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "east", "cluster": {"server": str(server.url)}}],
+                    "users": [{"name": "operator", "user": {"token": "t"}}],
+                    "contexts": [
+                        {"name": "east", "context": {"cluster": "east", "user": "operator"}}
+                    ],
+                    "current-context": "east",
+                }
+            )
+        )
+        command = [*WINGSMITH, "operator", "--cluster-id", "east", "--kubeconfig", str(kubeconfig)]
+        operator = subprocess.Popen(
+            command, env=env(nats_server.url), stdout=subprocess.PIPE, text=True
+        )
+        try:
+            await client.jetstream().publish(
+                "wingsmith.render.east.llama--east",
+                orjson.dumps(desired(replicas=1)),
+                stream=nats_bus.RENDER_STREAM,
+            )
+
+            async def created() -> bool:
+                return await kube.get_dgd(NAMESPACE, "llama") is not None
+
+            await wait_for(created, 30, "the operator process to create the DGD")
+            operator.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(operator.wait, 30) == 0
+            assert operator.stdout is not None
+            assert "wingsmith operator for east ready (read-write)" in operator.stdout.read()
+        finally:
+            if operator.poll() is None:
+                operator.kill()
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*WINGSMITH, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_render_prints_the_dgd_for_a_deployment_object(tmp_path: Path) -> None:
+    body: dict[str, Any] = desired(replicas=3)
+    (tmp_path / "deployment.json").write_text(json.dumps(body))
+    printed = run("render", str(tmp_path / "deployment.json"))
+    assert printed.returncode == 0, printed.stderr
+    dgd = yaml.safe_load(printed.stdout)
+    assert (dgd["apiVersion"], dgd["metadata"]["name"]) == ("nvidia.com/v1beta1", "llama")
+    worker = next(c for c in dgd["spec"]["components"] if c["type"] == "worker")
+    assert worker["replicas"] == 3
+    (tmp_path / "bad.json").write_text(json.dumps(body | {"replicas": -1}))
+    refused = run("render", str(tmp_path / "bad.json"))
+    assert refused.returncode == 2 and "replicas" in refused.stderr
+
+
+def test_inspect_dgd_prints_what_runs_in_a_manifest() -> None:
+    printed = run("inspect-dgd", str(FIXTURES / "vllm-disagg-v1alpha1.yaml"))
+    assert printed.returncode == 0, printed.stderr
+    summary = json.loads(printed.stdout)
+    assert set(summary) == {"api_version", "backend", "components"}
+    assert summary["api_version"] == "nvidia.com/v1alpha1"
+    roles = {c["role"] for c in summary["components"]}
+    assert {"prefill", "decode"} <= roles
+    assert all(
+        set(c) == {"name", "role", "replicas", "gpus_per_replica", "imported_args"}
+        for c in summary["components"]
+    )
+
+
+async def test_a_simulated_operator_registers_its_cluster_and_takes_faults(
+    hub: Hub, nats_server: EmbeddedNatsServer
+) -> None:
+    command = [*WINGSMITH, "operator", "--cluster-id", "west", "--simulated", "2x4:H100@zone-1"]
+    operator = subprocess.Popen(command, env=env(nats_server.url), stdout=subprocess.DEVNULL)
+    try:
+
+        async def registered() -> bool:
+            history = await hub.store.run(hub.store.store.history, "cluster:west")
+            return {"OperatorConnected", "InventoryReported"} <= {type(e).__name__ for e in history}
+
+        await wait_for(registered, 30, "the simulated cluster's heartbeat and inventory")
+        fault = ["sim-fault", "west", "node_loss", "--node", "west-n1"]
+        lost = await asyncio.to_thread(
+            subprocess.run, [*WINGSMITH, *fault], env=env(nats_server.url), capture_output=True
+        )
+        assert lost.returncode == 0, lost.stderr
+        unknown = ["sim-fault", "west", "node_loss", "--node", "nowhere"]
+        refused = await asyncio.to_thread(
+            subprocess.run, [*WINGSMITH, *unknown], env=env(nats_server.url), capture_output=True
+        )
+        assert refused.returncode == 1 and b"node" in refused.stdout
+    finally:
+        operator.terminate()
+        await asyncio.to_thread(operator.wait, 30)
