@@ -88,8 +88,16 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
 
 
 def _add_deployment(
-    repo: Repository, cause: Cause, workload: Workload, cluster_id: str, replicas: int, field: str
+    repo: Repository,
+    cause: Cause,
+    workload: Workload,
+    cluster_id: str,
+    replicas: int,
+    field: str,
+    adopted: Sighting | None = None,
 ) -> Deployment:
+    """The workload's deployment on a cluster: managed, or observed when it is adopted from
+    what the sighting saw running there."""
     key = Deployment.key_for(workload.key, cluster_id)
     if repo.get(Deployment, key) is not None:  # `a--b` on `c` and `a` on `b--c` meet here
         raise AlreadyExists(f"deployment {key!r} already exists", field=field)
@@ -101,12 +109,21 @@ def _add_deployment(
         device_class=workload.device_class,
         serving=workload.serving,
         desired_replicas=replicas,
-        authority=Authority.MANAGED,
+        authority=Authority.MANAGED if adopted is None else Authority.OBSERVED,
         engine_args=workload.engine_args,
+        imported_args=None if adopted is None else _imported_args(adopted),
+        adopted=None
+        if adopted is None
+        else ResourceRef(namespace=adopted.namespace, name=adopted.name),
     )
     repo.add(deployment)
     workload.attach_deployment(cause, cluster_id, deployment.key)
     return deployment
+
+
+def _imported_args(sighting: Sighting) -> tuple[str, ...]:
+    primary = sighting.primary()
+    return primary.imported_args if primary else ()
 
 
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
@@ -341,20 +358,7 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
         cluster_pin=cluster.key,
     )
     repo.add(workload)
-    deployment = Deployment.create(
-        cause,
-        workload_id=workload.key,
-        cluster_id=cluster.key,
-        project=workload.project,
-        device_class=workload.device_class,
-        serving=serving,
-        desired_replicas=primary.replicas,
-        authority=Authority.OBSERVED,
-        imported_args=primary.imported_args,
-        adopted=ResourceRef(namespace=sighting.namespace, name=sighting.name),
-    )
-    repo.add(deployment)
-    workload.attach_deployment(cause, cluster.key, deployment.key)
+    _add_deployment(repo, cause, workload, cluster.key, primary.replicas, "discovery_id", sighting)
     discovery.promote(cause, workload.key)
     return _workload_result(workload) | {"discovery_id": discovery.key}
 

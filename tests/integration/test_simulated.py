@@ -41,6 +41,20 @@ async def until_event(
     await wait_for(seen, 30, f"{n} x {kind} on {aggregate} {aggregate_id}")
 
 
+async def pinned_workload(client: Client) -> None:
+    await command(
+        client,
+        "w",
+        "workload.create",
+        workload_id="chat",
+        project="p",
+        device_class="H100",
+        serving=LLAMA,
+        replicas=2,
+        cluster="east",
+    )
+
+
 async def health(client: Client, deployment_id: str) -> dict[str, Any]:
     views = await nats_bus.latest_views(client, "deployment_health")
     _, view = views.get(deployment_id, (0, None))
@@ -58,17 +72,7 @@ async def test_a_silent_operator_makes_its_cluster_unreachable_and_its_deploymen
         await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=4)
         async with simulated_operators(client, nodes, ready_after=0.1, heartbeat_every=0.3):
             await until_event(client, "cluster", "east", "OperatorConnected")
-            await command(
-                client,
-                "w",
-                "workload.create",
-                workload_id="chat",
-                project="p",
-                device_class="H100",
-                serving=LLAMA,
-                replicas=2,
-                cluster="east",
-            )
+            await pinned_workload(client)
             await until_event(client, "deployment", "chat--east", "DeploymentRunning")
         # the operator stopped: after the silence the cluster is unreachable
         await until_event(client, "cluster", "east", "ClusterUnreachable")
@@ -103,17 +107,7 @@ async def test_node_loss_and_failed_image_pulls(
         await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=8)
         async with simulated_operators(client, nodes, ready_after=0.1, heartbeat_every=0.5):
             await until_event(client, "cluster", "east", "InventoryReported")
-            await command(
-                client,
-                "w",
-                "workload.create",
-                workload_id="chat",
-                project="p",
-                device_class="H100",
-                serving=LLAMA,
-                replicas=2,
-                cluster="east",
-            )
+            await pinned_workload(client)
             await until_event(client, "deployment", "chat--east", "DeploymentRunning")
 
             assert (await fault(client, "east", fault="node_loss", node="east-n1"))["ok"]
