@@ -123,7 +123,11 @@ class Kube:
         try:
             return await self._call(
                 self._custom.get_namespaced_custom_object,
-                DGD_GROUP, version, namespace, DGD_PLURAL, name,
+                DGD_GROUP,
+                version,
+                namespace,
+                DGD_PLURAL,
+                name,
             )
         except KubeNotFound:
             return None
@@ -133,7 +137,11 @@ class Kube:
         namespace = body["metadata"]["namespace"]
         return await self._call(
             self._custom.create_namespaced_custom_object,
-            DGD_GROUP, version, namespace, DGD_PLURAL, body,
+            DGD_GROUP,
+            version,
+            namespace,
+            DGD_PLURAL,
+            body,
         )
 
     async def patch_dgd(self, namespace: str, name: str, patch: Obj, version: str) -> Obj:
@@ -141,7 +149,12 @@ class Kube:
         client would pick a JSON-patch content type for a dict body, so it is set explicitly.)"""
         return await self._call(
             self._custom.patch_namespaced_custom_object,
-            DGD_GROUP, version, namespace, DGD_PLURAL, name, patch,
+            DGD_GROUP,
+            version,
+            namespace,
+            DGD_PLURAL,
+            name,
+            patch,
             _content_type=MERGE_PATCH,
         )
 
@@ -150,7 +163,11 @@ class Kube:
         try:
             await self._call(
                 self._custom.delete_namespaced_custom_object,
-                DGD_GROUP, version, namespace, DGD_PLURAL, name,
+                DGD_GROUP,
+                version,
+                namespace,
+                DGD_PLURAL,
+                name,
             )
         except KubeNotFound:
             return False
@@ -195,9 +212,7 @@ class Kube:
         """One request, raw JSON back; errors become KubeError. Content is not preloaded so
         that every 2xx (200 or 201) returns the object and every status maps the same way."""
         try:
-            resp = await method(
-                *args, _preload_content=False, _request_timeout=self._timeout, **kw
-            )
+            resp = await method(*args, _preload_content=False, _request_timeout=self._timeout, **kw)
             async with resp:
                 body = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as e:
@@ -218,10 +233,16 @@ class Kube:
         res = RESOURCES[kind]
         if res.group:
             if namespace:
-                return _bind(self._custom.list_namespaced_custom_object,
-                             res.group, res.version, namespace, res.plural)
-            return _bind(self._custom.list_cluster_custom_object,
-                         res.group, res.version, res.plural)
+                return _bind(
+                    self._custom.list_namespaced_custom_object,
+                    res.group,
+                    res.version,
+                    namespace,
+                    res.plural,
+                )
+            return _bind(
+                self._custom.list_cluster_custom_object, res.group, res.version, res.plural
+            )
         if not res.namespaced:
             return self._core.list_node  # type: ignore[no-any-return]
         if namespace:
@@ -232,8 +253,11 @@ class Kube:
         self, kind: Kind, namespace: str | None, selector: str | None, rv: str | None
     ) -> aiohttp.ClientResponse:
         resp: aiohttp.ClientResponse = await self._lister(kind, namespace)(
-            watch=True, resource_version=rv, label_selector=selector,
-            allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
+            watch=True,
+            resource_version=rv,
+            label_selector=selector,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout,
             _preload_content=False,
             # A read that stays silent well past the server's own timeout means a dead peer.
             _request_timeout=(self._timeout, self._watch_timeout + self._timeout),
@@ -452,6 +476,12 @@ def _requirement(m: re.Match[str]) -> Callable[[dict[str, str]], bool]:
 
 
 __all__ = [
-    "Change", "Informer", "KindNotServed", "Kube", "KubeConflict", "KubeError", "KubeNotFound",
+    "Change",
+    "Informer",
+    "KindNotServed",
+    "Kube",
+    "KubeConflict",
+    "KubeError",
+    "KubeNotFound",
     "selector_matcher",
 ]

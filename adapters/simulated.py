@@ -27,6 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import nats.errors
@@ -95,10 +96,13 @@ class SimulatedCluster:
         ready_after: float = 0.3,
         inventory_every: float = 30.0,
         read_only: bool = False,
+        state_file: Path | None = None,
     ) -> None:
+        """`state_file`: where the cluster keeps its pods, so that they outlive the operator's
+        process as a real cluster's do (None: they live as long as this object)."""
         self.cluster_id, self.nodes = cluster_id, nodes
         self.ready_after, self.inventory_every = ready_after, inventory_every
-        self.read_only = read_only
+        self.read_only, self.state_file = read_only, state_file
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
         self.failing: dict[str, str] = {}  # deployment id -> digest whose image cannot be pulled
@@ -110,6 +114,7 @@ class SimulatedCluster:
         self._later: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._report: Report | None = None
+        self._load()
 
     # -- the backend ---------------------------------------------------------------------
 
@@ -130,11 +135,16 @@ class SimulatedCluster:
                 )
                 return
             await self._reconcile(deployment_id)
+            self._save()
 
     async def observe(self, report: Report) -> None:
         """Report the inventory now and every `inventory_every` seconds (a hub that refused it,
         say before the cluster was known, gets it again)."""
         self._report = report
+        for deployment_id, pods in self.pods.items():  # restored, and not ready yet
+            for pod in pods.values():
+                if not pod.ready:
+                    self._later_ready(deployment_id, pod)
         try:
             while True:
                 await self._report_inventory()
@@ -160,6 +170,62 @@ class SimulatedCluster:
             with contextlib.suppress(nats.errors.Error):
                 await subscription.unsubscribe()
 
+    # -- what survives a restart ---------------------------------------------------------
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        state = {
+            "pods": {
+                deployment_id: [
+                    {
+                        "name": p.name,
+                        "node": p.node.node_id,
+                        "device_ids": list(p.device_ids),
+                        "digest": p.digest,
+                        "engine_version": p.engine_version,
+                        "ready": p.ready,
+                    }
+                    for p in pods.values()
+                ]
+                for deployment_id, pods in self.pods.items()
+            },
+            "failing": self.failing,
+            "lost": [n.node_id for n in self.nodes if n.lost],
+        }
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.state_file.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps(state))
+        temporary.replace(self.state_file)
+
+    def _load(self) -> None:
+        """Pods on nodes the spec no longer has, or on devices it no longer has, are gone."""
+        if self.state_file is None or not self.state_file.exists():
+            return
+        state = orjson.loads(self.state_file.read_bytes())
+        nodes = {n.node_id: n for n in self.nodes}
+        for node in self.nodes:  # the saved state is the whole truth
+            node.free, node.lost = list(node.device_ids), False
+        for node_id in state.get("lost", []):
+            if node_id in nodes:
+                nodes[node_id].lost = True
+        self.failing = dict(state.get("failing", {}))
+        for deployment_id, pods in state.get("pods", {}).items():
+            for saved in pods:
+                node = nodes.get(saved["node"])
+                if node is None or node.lost or not set(saved["device_ids"]) <= set(node.free):
+                    continue
+                node.free = [d for d in node.free if d not in saved["device_ids"]]
+                pod = Pod(
+                    saved["name"],
+                    node,
+                    tuple(saved["device_ids"]),
+                    saved["digest"],
+                    saved["engine_version"],
+                    saved["ready"],
+                )
+                self.pods.setdefault(deployment_id, {})[pod.name] = pod
+
     # -- faults --------------------------------------------------------------------------
 
     async def _fault(self, data: bytes) -> dict[str, Any]:
@@ -183,6 +249,7 @@ class SimulatedCluster:
                 await self._reconcile(want["deployment_id"])
             else:
                 return {"ok": False, "error": "fault: node_loss, node_restore, image_pull, clear"}
+            self._save()
         return {"ok": True}
 
     async def _set_lost(self, node: SimNode, lost: bool) -> None:
@@ -250,10 +317,13 @@ class SimulatedCluster:
         )
         self.pods[deployment_id][pod.name] = pod
         await self._report_replica(deployment_id, pod, "started")
+        self._later_ready(deployment_id, pod)
+        return pod
+
+    def _later_ready(self, deployment_id: str, pod: Pod) -> None:
         task = asyncio.create_task(self._become_ready(deployment_id, pod))
         self._later.add(task)
         task.add_done_callback(self._later.discard)
-        return pod
 
     async def _become_ready(self, deployment_id: str, pod: Pod) -> None:
         await asyncio.sleep(self.ready_after)
@@ -263,6 +333,7 @@ class SimulatedCluster:
             pod.ready = True
             await self._report_replica(deployment_id, pod, "ready")
             await self._reconcile(deployment_id)
+            self._save()
 
     async def _terminate(self, deployment_id: str, pod: Pod) -> None:
         del self.pods[deployment_id][pod.name]

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
@@ -127,10 +128,17 @@ async def simulated_operators(
     *,
     ready_after: float = 1.0,
     heartbeat_every: float = 5.0,
+    state_dir: Path | None = None,
 ) -> AsyncIterator[dict[str, SimulatedCluster]]:
-    """An operator on a simulated cluster for each entry, for as long as the block runs."""
+    """An operator on a simulated cluster for each entry, for as long as the block runs; with
+    `state_dir`, the clusters' pods outlive it."""
     simulated = {
-        cluster_id: SimulatedCluster(cluster_id, nodes, ready_after=ready_after)
+        cluster_id: SimulatedCluster(
+            cluster_id,
+            nodes,
+            ready_after=ready_after,
+            state_file=state_dir / f"{cluster_id}.json" if state_dir else None,
+        )
         for cluster_id, nodes in clusters.items()
     }
     tasks = []

@@ -202,7 +202,10 @@ async def _up(args: argparse.Namespace) -> int:
         tasks = list(hub.tasks)
         if args.simulated:
             clusters = dict(args.simulated)
-            await stack.enter_async_context(simulated_operators(hub.nc, clusters))
+            state_dir = settings.data_dir / "simulated"
+            await stack.enter_async_context(
+                simulated_operators(hub.nc, clusters, state_dir=state_dir)
+            )
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
             print(f"simulated clusters: {names}", flush=True)
         if args.demo:
@@ -356,6 +359,7 @@ async def _operator(args: argparse.Namespace) -> int:
                     args.cluster_id,
                     nodes_from_spec(args.cluster_id, args.simulated),
                     read_only=options.read_only,
+                    state_file=settings.data_dir / "simulated" / f"{args.cluster_id}.json",
                 )
                 backend: Backend = cluster
                 faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")

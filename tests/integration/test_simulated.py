@@ -124,3 +124,27 @@ async def test_node_loss_and_failed_image_pulls(
             ]
             await command(client, "s", "workload.scale", workload_id="chat", replicas=3)
             await until_event(client, "deployment", "chat--east", "DeploymentFailed")
+
+
+async def test_a_simulated_cluster_keeps_its_pods_across_operator_restarts(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    nodes = {"east": [SimNode("east-n1", "H100", 4)]}
+    state = tmp_path / "simulated"
+    async with running_hub(settings):
+        await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=4)
+        async with simulated_operators(
+            client, nodes, ready_after=0.1, heartbeat_every=0.3, state_dir=state
+        ):
+            await until_event(client, "cluster", "east", "OperatorConnected")
+            await pinned_workload(client)
+            await until_event(client, "deployment", "chat--east", "DeploymentRunning")
+        async with simulated_operators(
+            client, nodes, ready_after=0.1, heartbeat_every=0.3, state_dir=state
+        ):
+            await until_event(client, "cluster", "east", "OperatorConnected", n=2)
+            await command(client, "s", "workload.scale", workload_id="chat", replicas=1)
+            await until_event(client, "replica", "*", "ReplicaTerminated")
+        started = await event_types(client, "replica", "*")
+        assert started.count("ReplicaStarted") == 2  # the same two pods: none started again
