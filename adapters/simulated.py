@@ -126,14 +126,6 @@ class SimulatedCluster:
                 self.desired.pop(deployment_id, None)
             else:
                 self.desired[deployment_id] = desired
-            observed = desired is not None and desired.get("authority", "managed") != "managed"
-            if self.read_only or observed:
-                log.info(
-                    "%s: not applied (%s)",
-                    deployment_id,
-                    "read-only" if self.read_only else "observed",
-                )
-                return
             await self._reconcile(deployment_id)
             self._save()
 
@@ -204,8 +196,8 @@ class SimulatedCluster:
             return
         state = orjson.loads(self.state_file.read_bytes())
         nodes = {n.node_id: n for n in self.nodes}
-        for node in self.nodes:  # the saved state is the whole truth
-            node.free, node.lost = list(node.device_ids), False
+        for each in self.nodes:  # the saved state is the whole truth
+            each.free, each.lost = list(each.device_ids), False
         for node_id in state.get("lost", []):
             if node_id in nodes:
                 nodes[node_id].lost = True
@@ -267,6 +259,8 @@ class SimulatedCluster:
 
     async def _reconcile(self, deployment_id: str) -> None:
         want = self.desired.get(deployment_id)
+        if self.read_only or (want is not None and want.get("authority", "managed") != "managed"):
+            return  # read-only, or observed: nothing on the cluster changes
         pods = self.pods.setdefault(deployment_id, {})
         replicas = want["replicas"] if want and want["enabled"] else 0
         digest = want["serving_digest"] if want else None

@@ -110,10 +110,16 @@ class KubeBackend:
         desired: Mapping[str, Any] | None,
         previous: Mapping[str, Any] | None,
     ) -> Action:
-        source = desired or previous or {}
-        ref = source.get("adopted") or {
+        # after a restart a removal may be all the operator knows of a deployment: its id ends
+        # with `--<cluster>`, and what comes before is the workload, the DGD's name
+        workload: Mapping[str, Any] = {
+            "workload_id": deployment_id.removesuffix(f"--{self.cluster_id}")
+        }
+        previous = previous or workload
+        source = desired or previous
+        ref: Mapping[str, Any] = source.get("adopted") or {
             "namespace": self.namespace,
-            "name": source.get("workload_id", deployment_id.split("--")[0]),
+            "name": source["workload_id"],
         }
         version = self.api_version.split("/")[1]
         current = await self.kube.get_dgd(ref["namespace"], ref["name"], version)
@@ -187,9 +193,10 @@ class KubeBackend:
             await self._follow(kind, "dgd")
         except KindNotServed:
             if kind == "dgd/v1alpha1":
-                raise
+                log.error("this cluster serves no DynamoGraphDeployments: is Dynamo installed?")
+                return
             log.warning("this cluster does not serve DGD v1beta1: watching v1alpha1")
-            await self._follow("dgd/v1alpha1", "dgd")
+            await self._follow_dgds("dgd/v1alpha1")
 
     async def _follow(self, kind: Kind, cache: str) -> None:
         """Mirror one kind into its cache. A new informer lists everything again: what the

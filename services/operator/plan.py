@@ -8,6 +8,7 @@ why not. `KubeBackend.execute` is what performs it, or refuses to.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
@@ -78,10 +79,12 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
     except ValueError as e:
         return Action(None, ref["namespace"], ref["name"], version, None, f"unreadable: {e}")
     spec = copy.deepcopy(current.get("spec") or {})
-    workers = [c for c in _components(spec) if _role(c) in WORKER_ROLES]
+    workers = {name: c for name, c in _components(spec).items() if _role(c) in WORKER_ROLES}
+    annotations = (current.get("metadata") or {}).get("annotations") or {}
+    ratio = _ratio(annotations, workers)
     changed = []
     primary = inspection.primary
-    if _rescale(workers, primary.replicas if primary else None, desired["replicas"]):
+    if _rescale(workers, ratio, primary.name if primary else None, desired["replicas"]):
         changed.append("workers rescaled")
     flags = _flags_change(inspection, workers, list(desired.get("engine_args") or ()))
     if flags:
@@ -90,27 +93,49 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
         why = changed[0] if changed else "up to date"
         return Action(None, ref["namespace"], ref["name"], version, None, why)
     key = "components" if "components" in spec else "services"
-    patch = {"spec": {key: spec[key]}}
+    patch: Obj = {"spec": {key: spec[key]}}
+    if RATIO_ANNOTATION not in annotations:  # remember the proportions it was adopted with
+        patch["metadata"] = {"annotations": {RATIO_ANNOTATION: json.dumps(ratio, sort_keys=True)}}
     return Action("patch", ref["namespace"], ref["name"], version, patch, "; ".join(changed))
 
 
 _CANNOT_REWRITE = "engine flags differ, but the manifest's command line cannot be rewritten"
 
 
-def _rescale(workers: list[Obj], base: int | None, replicas: int) -> bool:
+RATIO_ANNOTATION = "wingsmith.dev/adopted-replicas"
+
+
+def _ratio(annotations: Mapping[str, str], workers: Mapping[str, Obj]) -> dict[str, int]:
+    """Each worker's replicas as adopted: recorded on the DGD the first time it is scaled, so
+    scaling down (even to zero) and up again comes back to the same proportions."""
+    try:
+        recorded = json.loads(annotations.get(RATIO_ANNOTATION, "null"))
+    except json.JSONDecodeError:
+        recorded = None
+    if isinstance(recorded, dict):
+        return {str(k): int(v) for k, v in recorded.items()}
+    return {name: int(c.get("replicas", 1)) for name, c in workers.items()}
+
+
+def _rescale(
+    workers: Mapping[str, Obj], ratio: Mapping[str, int], primary: str | None, replicas: int
+) -> bool:
     """Scale the workers so that the primary one (the deployment's replicas) has `replicas`,
-    keeping the others in proportion (prefill to decode, say)."""
+    the others in their adopted proportion to it (prefill to decode, say)."""
+    base = ratio.get(primary or "", 0)
     changed = False
-    for component in workers:
-        now = int(component.get("replicas", 1))
-        wanted = round(now * replicas / base) if base else replicas
+    for name, component in workers.items():
+        share = ratio.get(name, 0)
+        wanted = round(share * replicas / base) if base else replicas
         wanted = max(wanted, 1) if replicas else 0
-        if wanted != now:
+        if wanted != int(component.get("replicas", 1)):
             component["replicas"], changed = wanted, True
     return changed
 
 
-def _flags_change(inspection: Inspection, workers: list[Obj], engine_args: list[str]) -> str | None:
+def _flags_change(
+    inspection: Inspection, workers: Mapping[str, Obj], engine_args: list[str]
+) -> str | None:
     """engine_args are the primary worker's flags: rewrite them when they differ from what it
     runs. What was done, or why it could not be; None when they are equal."""
     primary = inspection.primary
@@ -118,7 +143,7 @@ def _flags_change(inspection: Inspection, workers: list[Obj], engine_args: list[
         return None
     if len(workers) != 1 or primary.module is None:
         return _CANNOT_REWRITE  # several workers (prefill and decode) run different flags
-    container = _main_container(workers[0])
+    container = _main_container(next(iter(workers.values())))
     if container is None or not _set_flags(container, primary.module, engine_args):
         return _CANNOT_REWRITE
     return "engine flags set to engine_args"
@@ -154,13 +179,14 @@ def _role(component: Obj) -> str | None:
     return str(role) if role else None
 
 
-def _components(spec: Obj) -> list[Obj]:
+def _components(spec: Obj) -> dict[str, Obj]:
+    """The graph's components by name: v1beta1 lists them, v1alpha1 maps names to them."""
     if isinstance(spec.get("components"), list):
-        return [c for c in spec["components"] if isinstance(c, dict)]
+        return {str(c.get("name")): c for c in spec["components"] if isinstance(c, dict)}
     services = spec.get("services")
-    return (
-        [s for s in services.values() if isinstance(s, dict)] if isinstance(services, dict) else []
-    )
+    if not isinstance(services, dict):
+        return {}
+    return {str(name): s for name, s in services.items() if isinstance(s, dict)}
 
 
 def _ours(metadata: Obj) -> Obj:

@@ -61,35 +61,47 @@ class Reporter:
 async def run_operator(nc: nats_bus.Connection, backend: Backend, options: OperatorOptions) -> None:
     """Run until cancelled; each part restarts on its own after a failure."""
     report = Reporter(nc, options.cluster_id)
+    stopping = asyncio.Event()
     parts = {
         "heartbeats": _heartbeats(report, options),
         "observe": lambda: backend.observe(report),
         "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend),
     }
-    tasks = [asyncio.create_task(_forever(name, run), name=name) for name, run in parts.items()]
+    tasks = [
+        asyncio.create_task(_forever(name, run, stopping), name=name) for name, run in parts.items()
+    ]
     try:
         await asyncio.gather(*tasks)
     finally:
+        stopping.set()
         await _stop(tasks)
 
 
-async def _stop(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel until every task has ended: nats-py waits with asyncio.wait_for, which on Python
-    3.11 can swallow a cancellation that lands as it completes (a TaskGroup cancels only once)."""
+async def _stop(tasks: list[asyncio.Task[None]], grace: float = 2.0, give_up: float = 30.0) -> None:
+    """Cancel every task, and cancel again those still running after `grace`: nats-py waits
+    with asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as it
+    completes. After `give_up` seconds the rest is left behind, with a warning."""
+    for task in tasks:
+        task.cancel()
+    deadline = asyncio.get_running_loop().time() + give_up
+    await asyncio.wait(tasks, timeout=grace)
     while pending := [t for t in tasks if not t.done()]:
+        if asyncio.get_running_loop().time() > deadline:
+            log.warning("operator: %s did not stop", ", ".join(t.get_name() for t in pending))
+            return
         for task in pending:
             task.cancel()
         await asyncio.wait(pending, timeout=0.5)
 
 
-async def _forever(what: str, run: Callable[[], Awaitable[None]]) -> None:
-    while True:
+async def _forever(what: str, run: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> None:
+    while not stopping.is_set():
         try:
             await run()
             return
         except Exception as e:
-            if (task := asyncio.current_task()) is not None and task.cancelling():
-                raise asyncio.CancelledError from e  # stopping: a swallowed cancel is not a failure
+            if stopping.is_set():
+                return  # an error while being stopped is not one to recover from
             log.warning("operator %s: %s: %s; starting again", what, type(e).__name__, e)
             await asyncio.sleep(1.0)
 

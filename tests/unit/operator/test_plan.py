@@ -276,3 +276,43 @@ def test_managing_an_adopted_dgd_as_it_runs_writes_nothing(fixture: str) -> None
             api_version="nvidia.com/v1beta1",
         )
         assert scaled.verb == "patch" and scaled.why == "workers rescaled"
+
+
+def apply_patch(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386), as the API server applies it."""
+    merged = copy.deepcopy(current)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = apply_patch(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def test_scaling_an_adopted_disaggregated_graph_down_to_zero_and_back_keeps_its_proportions() -> (
+    None
+):
+    current = load_manifest((FIXTURES / "vllm-disagg-eqflags-v1beta1.yaml").read_text())
+    ref = {"namespace": "x", "name": current["metadata"]["name"]}
+
+    def workers(dgd: dict[str, Any]) -> dict[str, int]:
+        return {
+            c["name"]: c["replicas"]
+            for c in dgd["spec"]["components"]
+            if c["type"] in {"prefill", "decode"}
+        }
+
+    adopted = workers(current)
+    primary = inspect_dgd(current).primary
+    assert primary is not None
+    for replicas in (0, 1, primary.replicas):
+        action = plan(
+            "q",
+            desired(adopted=ref, replicas=replicas, engine_args=list(primary.imported_args)),
+            current,
+            namespace=NS,
+            api_version="nvidia.com/v1beta1",
+        )
+        assert action.verb == "patch" and action.body is not None
+        current = apply_patch(current, action.body)
+    assert workers(current) == adopted
