@@ -38,7 +38,7 @@ from adapters import nats_bus
 
 log = logging.getLogger(__name__)
 
-Report = Callable[[str, dict[str, Any], str | None], Awaitable[None]]
+Report = Callable[[str, dict[str, Any]], Awaitable[None]]  # (kind, payload)
 _SPEC = re.compile(r"^(?:(\d+)x)?(\d+):([A-Za-z0-9][-_A-Za-z0-9]*)(?:@([-._A-Za-z0-9]+))?$")
 
 
@@ -339,7 +339,7 @@ class SimulatedCluster:
 
     async def _send(self, kind: str, payload: dict[str, Any]) -> None:
         if self._report is not None:  # reports start with `observe`
-            await self._report(kind, payload | {"version": next(self._versions)}, None)
+            await self._report(kind, payload | {"version": next(self._versions)})
 
     async def _report_inventory(self) -> None:
         nodes = [
@@ -354,7 +354,7 @@ class SimulatedCluster:
             if not n.lost
         ]
         if self._report is not None:
-            await self._report("inventory", {"nodes": nodes}, None)
+            await self._report("inventory", {"nodes": nodes})
 
     async def _report_replica(self, deployment_id: str, pod: Pod, state: str) -> None:
         await self._send(

@@ -162,7 +162,7 @@ class KubeBackend:
         if performed:
             self._reported.pop(f"would:{deployment_id}", None)
             if self._report is not None:
-                await self._report("action", report, None)
+                await self._report("action", report)
         else:  # held back again and again (each change of the DGD): reported once
             await self._send(f"would:{deployment_id}", "action", report)
 
@@ -333,7 +333,7 @@ class KubeBackend:
         digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if self._report is None or self._reported.get(key) == digest:
             return
-        await self._report(kind, payload, None)
+        await self._report(kind, payload)
         self._reported[key] = digest
 
     # -- which deployment ---------------------------------------------------------------

@@ -24,9 +24,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 
-# (kind, payload, key): `key` names the observation for deduplication (e.g. a pod and its
-# resourceVersion); None: every report is new.
-Report = Callable[[str, dict[str, Any], str | None], Awaitable[None]]
+Report = Callable[[str, dict[str, Any]], Awaitable[None]]  # (kind, payload)
 
 
 class Backend(Protocol):
@@ -46,14 +44,14 @@ class OperatorOptions:
 
 
 class Reporter:
-    """Publishes observations for one cluster, each with a message id that makes a resend a
-    duplicate."""
+    """Publishes observations for one cluster, each under a message id of its own (the hub
+    handles a resend of one, or a report it already knows, as no news)."""
 
     def __init__(self, nc: nats_bus.Connection, cluster_id: str) -> None:
         self._nc, self._cluster_id = nc, cluster_id
 
-    async def __call__(self, kind: str, payload: dict[str, Any], key: str | None = None) -> None:
-        msg_id = f"{self._cluster_id}:{kind}:{key or uuid.uuid4().hex}"
+    async def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        msg_id = f"{self._cluster_id}:{kind}:{uuid.uuid4().hex}"
         body = {"cluster_id": self._cluster_id} | payload
         await nats_bus.publish_observation(self._nc, self._cluster_id, kind, body, msg_id)
 
@@ -116,7 +114,7 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
 
     async def beat() -> None:
         while True:
-            await report("heartbeat", {"operator": operator}, None)
+            await report("heartbeat", {"operator": operator})
             await asyncio.sleep(options.heartbeat_every)
 
     return beat
