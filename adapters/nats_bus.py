@@ -127,15 +127,34 @@ async def connect(
     return nc
 
 
-async def ensure_streams(nc: Client, replicas: int = 1) -> None:
-    """Create the contract's streams, or bring existing ones to this configuration."""
+NO_PEERS_YET = 10005  # "no suitable peers for placement": a cluster still forming
+
+
+async def ensure_streams(nc: Client, replicas: int = 1, wait_for_peers: float = 60.0) -> None:
+    """Create the contract's streams, or bring existing ones to this configuration. A NATS
+    cluster that is still forming has too few peers for replicated streams: ask again, for up to
+    `wait_for_peers` seconds."""
     js = nc.jetstream()
+    deadline = asyncio.get_running_loop().time() + wait_for_peers
     for config in STREAMS:
         config = dataclasses.replace(config, num_replicas=replicas)
-        try:
-            await js.add_stream(config)
-        except BadRequestError:  # exists with another config: bring it to ours
-            await js.update_stream(config)
+        while True:
+            try:
+                await _add_or_update(js, config)
+                break
+            except BadRequestError as e:
+                if e.err_code != NO_PEERS_YET or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+
+async def _add_or_update(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except BadRequestError as e:
+        if e.err_code == NO_PEERS_YET:
+            raise
+        await js.update_stream(config)  # exists with another config: bring it to ours
 
 
 class NatsPublisher:
