@@ -303,11 +303,10 @@ def observe_discovery(repo: Repository, cmd: c.ObserveDiscovery, cause: Cause) -
         discovery = Discovery.sight(cause, cmd.cluster_id, cmd.sighting)
         repo.add(discovery)
     elif discovery.resight(cause, cmd.sighting) and discovery.workload_id is not None:
-        primary = cmd.sighting.primary()
         deployment_key = Deployment.key_for(discovery.workload_id, cmd.cluster_id)
         deployment = repo.get(Deployment, deployment_key)
-        if primary is not None and deployment is not None:
-            deployment.observe_imported_args(cause, primary.imported_args)
+        if deployment is not None and cmd.sighting.primary() is not None:
+            deployment.observe_imported_args(cause, _imported_args(cmd.sighting))
     return {"discovery_id": key, "state": discovery.state.value}
 
 
