@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -186,11 +186,17 @@ class Kube:
         return await self.list_objects("node", None, label_selector)
 
     def informer(
-        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        known: Mapping[tuple[str, str], Obj] | None = None,
     ) -> Informer:
         """Changes of one kind (in one namespace, or all), lazily: nothing is requested until
-        the first change is awaited. Close it (`async with`) to end its watch promptly."""
-        return Informer(self, kind, namespace, label_selector)
+        the first change is awaited. Close it (`async with`) to end its watch promptly.
+        `known`: what an earlier informer had seen; the first list reports what changed or
+        vanished since, as any relist does."""
+        return Informer(self, kind, namespace, label_selector, known)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -285,10 +291,17 @@ class Informer:
     (re)list. Use as `async with kube.informer(...) as changes: async for change in changes`.
     Raises KindNotServed when the kind does not exist; retries everything else with backoff."""
 
-    def __init__(self, kube: Kube, kind: Kind, namespace: str | None, selector: str | None):
+    def __init__(
+        self,
+        kube: Kube,
+        kind: Kind,
+        namespace: str | None,
+        selector: str | None,
+        known: Mapping[tuple[str, str], Obj] | None = None,
+    ):
         self.kind, self.namespace, self.selector = kind, namespace, selector
         # The view by (namespace, name); it can run ahead of changes not yet consumed.
-        self.objects: dict[tuple[str, str], Obj] = {}
+        self.objects: dict[tuple[str, str], Obj] = dict(known or {})
         self._kube = kube
         self._matches = selector_matcher(selector)
         self._changes = self._run()

@@ -172,6 +172,10 @@ class Ledger:
         self.reachable[cluster] = True
         return []
 
+    def operated_reachability(self) -> dict[str, bool]:
+        """Every cluster an operator has spoken for, and whether it is reachable now."""
+        return {cluster: self.reachable.get(cluster, True) for cluster in self.operated}
+
     def _on_OperatorConnected(self, cluster: str, e: E) -> list[str]:
         self.operated.add(cluster)
         return []

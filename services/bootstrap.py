@@ -40,15 +40,17 @@ class Hub:
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
 
 
-async def connect(settings: Settings, name: str, url: str | None = None) -> nats_bus.Connection:
-    """A NATS connection as `name`, logged in with the configured credentials, if any."""
+async def connect(
+    settings: Settings, name: str, url: str | None = None, *, operator_of: str | None = None
+) -> nats_bus.Connection:
+    """A NATS connection as `name`, logged in with the configured credentials, if any; with
+    `operator_of`, the connection of that cluster's operator (replies under its own inbox)."""
     login = settings.nats_credentials
-    return await nats_bus.connect(
-        url or settings.resolved_nats_url(),
-        name,
-        user=login.user if login else None,
-        password=login.password if login else None,
-    )
+    url = url or settings.resolved_nats_url()
+    user, password = (login.user, login.password) if login else (None, None)
+    if operator_of is not None:
+        return await nats_bus.connect_operator(url, operator_of, user=user, password=password)
+    return await nats_bus.connect(url, name, user=user, password=password)
 
 
 @contextlib.asynccontextmanager
@@ -101,9 +103,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
             liveness = Liveness(
                 commands.execute,
-                lambda: {
-                    c: scheduler.ledger.reachable.get(c, True) for c in scheduler.ledger.operated
-                },
+                lambda: scheduler.ledger.operated_reachability(),
                 settings.cluster_silence,
             )
             tasks["liveness"] = asyncio.create_task(liveness.run(), name="wingsmith-liveness")

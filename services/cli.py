@@ -345,13 +345,7 @@ async def _operator(args: argparse.Namespace) -> int:
         read_only=settings.operator_read_only,
         simulated=bool(args.simulated),
     )
-    login = settings.nats_credentials
-    nc = await nats_bus.connect_operator(
-        settings.resolved_nats_url(),
-        args.cluster_id,
-        user=login.user if login else None,
-        password=login.password if login else None,
-    )
+    nc = await connect(settings, "wingsmith-operator", operator_of=args.cluster_id)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if args.simulated:

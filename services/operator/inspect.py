@@ -22,13 +22,9 @@ from typing import Any, Final
 import yaml
 
 from domain.values import Backend, ServingMode
+from services.operator.dgd import GPU_RESOURCE, KIND, LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGED_BY
 from services.operator.shell import shell_commands
 
-KIND: Final = "DynamoGraphDeployment"
-LABEL_MANAGED_BY: Final = "wingsmith.dev/managed-by"
-MANAGED_BY: Final = "wingsmith"
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-MAIN_CONTAINER: Final = "main"
 # The init container that holds the Dynamo runtime in Dynamo's sidecar mode.
 RUNTIME_CONTAINER: Final = "runtime"
 # Dynamo's default for `multinode.nodeCount` when the block is present without it.

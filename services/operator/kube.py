@@ -36,7 +36,7 @@ from services.operator.dgd import (
     deployment_label,
 )
 from services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
-from services.operator.plan import WORKER_ROLES, Action, Obj, plan
+from services.operator.plan import WORKER_ROLES, Action, Obj, components, plan, role
 from services.operator.runtime import Report
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,10 @@ class KubeBackend:
         self._synced: set[str] = set()
         self._reported: dict[str, str] = {}  # what was last reported per key: no repeats
         self._locks: dict[str, asyncio.Lock] = {}  # one reconcile at a time per deployment
+        # which deployment an object belongs to, by its pods' label or the DGD it adopted
+        self._by_label: dict[str, str] = {}
+        self._by_adopted: dict[tuple[str, str], str] = {}
+        self._live: dict[str, dict[tuple[str, str], str]] = {}  # deployment -> pod -> digest
 
     # -- desired state -------------------------------------------------------------------
 
@@ -89,20 +93,32 @@ class KubeBackend:
 
     async def _apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         previous = self.desired.get(deployment_id)
-        if desired is None:
-            self.desired.pop(deployment_id, None)
-        else:
-            self.desired[deployment_id] = desired
+        self._index(deployment_id, desired)
         for _ in range(3):  # a conflict means someone wrote meanwhile: look again
             action = await self._plan(deployment_id, desired, previous)
             try:
                 await self.execute(deployment_id, desired, action)
                 self.applied[deployment_id] = desired
-                await self._resync(deployment_id)
+                if previous is None:  # new here: what was seen of it before can be told now
+                    await self._resync(deployment_id)
                 return
             except KubeConflict:
                 continue
         raise RuntimeError(f"{deployment_id}: the DynamoGraphDeployment keeps changing")
+
+    def _index(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        """Keep the desired state, and which pods and DGDs belong to it."""
+        if desired is None:
+            self.desired.pop(deployment_id, None)
+        else:
+            self.desired[deployment_id] = desired
+        self._by_label[deployment_label(deployment_id)] = deployment_id
+        for ref, owner in list(self._by_adopted.items()):
+            if owner == deployment_id:
+                del self._by_adopted[ref]
+        adopted = (desired or {}).get("adopted")
+        if adopted:
+            self._by_adopted[(adopted["namespace"], adopted["name"])] = deployment_id
 
     async def _plan(
         self,
@@ -199,17 +215,10 @@ class KubeBackend:
             await self._follow_dgds("dgd/v1alpha1")
 
     async def _follow(self, kind: Kind, cache: str) -> None:
-        """Mirror one kind into its cache. A new informer lists everything again: what the
-        cache holds that the list does not is gone (it went while nobody watched)."""
-        listed: set[tuple[str, str]] | None = set()
-        async with self.kube.informer(kind) as changes:
+        """Mirror one kind into its cache. An informer started again (after a failure) begins
+        from the cache, so what went while nobody watched is reported gone."""
+        async with self.kube.informer(kind, known=self._cache[cache]) as changes:
             async for change in changes:
-                if change.type == "SYNCED" and listed is not None:
-                    for key in set(self._cache[cache]) - listed:
-                        await self._on_change(cache, Change("DELETED", self._cache[cache][key]))
-                    listed = None
-                elif listed is not None:
-                    listed.add(_key(change.obj))
                 await self._on_change(cache, change)
 
     async def _on_change(self, cache: str, change: Change) -> None:
@@ -297,16 +306,15 @@ class KubeBackend:
             "version": _version(meta),
         }
         await self._send(f"replica:{meta.get('uid') or meta['name']}", "replica", payload)
+        live = self._live.setdefault(deployment_id, {})
+        if payload["state"] == "terminated":
+            live.pop(_key(pod), None)
+        else:
+            live[_key(pod)] = payload["serving_digest"]
         await self._report_live_digests(deployment_id)
 
     async def _report_live_digests(self, deployment_id: str) -> None:
-        digests = Counter(
-            _digest(pod, self.desired.get(deployment_id, {}))
-            for pod in self._cache["pod"].values()
-            if self._deployment_of_pod(pod) == deployment_id
-            and _is_worker(pod)
-            and _pod_state(pod, False) != "terminated"
-        )
+        digests = Counter(self._live.get(deployment_id, {}).values())
         payload = {"deployment_id": deployment_id, "live_digests": dict(digests)}
         await self._send(f"live:{deployment_id}", "deployment", payload)
 
@@ -349,14 +357,14 @@ class KubeBackend:
         meta = pod.get("metadata", {})
         labels = meta.get("labels") or {}
         if LABEL_DEPLOYMENT in labels:
-            return next(
-                (d for d in self.desired if deployment_label(d) == labels[LABEL_DEPLOYMENT]), None
-            )
+            return self._current(self._by_label.get(labels[LABEL_DEPLOYMENT]))
         return self._adopted(meta.get("namespace"), labels.get(GRAPH_LABEL))
 
     def _adopted(self, namespace: str | None, name: str | None) -> str | None:
-        ref = {"namespace": namespace, "name": name}
-        return next((d for d, want in self.desired.items() if want.get("adopted") == ref), None)
+        return self._current(self._by_adopted.get((namespace or "", name or "")))
+
+    def _current(self, deployment_id: str | None) -> str | None:
+        return deployment_id if deployment_id in self.desired else None
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -372,8 +380,8 @@ def _version(meta: Mapping[str, Any]) -> int:
 
 def _is_worker(pod: Obj) -> bool:
     labels = pod["metadata"].get("labels") or {}
-    role = labels.get(SUB_COMPONENT_TYPE_LABEL) or labels.get(COMPONENT_TYPE_LABEL)
-    return role in WORKER_ROLES or (LABEL_SERVING_DIGEST in labels and role != "frontend")
+    kind = labels.get(SUB_COMPONENT_TYPE_LABEL) or labels.get(COMPONENT_TYPE_LABEL)
+    return kind in WORKER_ROLES or (LABEL_SERVING_DIGEST in labels and kind != "frontend")
 
 
 def _digest(pod: Obj, desired: Mapping[str, Any]) -> str:
@@ -434,11 +442,5 @@ def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> Obj:
 
 
 def _worker_name(dgd: Obj, name: str) -> bool:
-    spec = dgd.get("spec") or {}
-    for component in spec.get("components") or ():
-        if isinstance(component, dict) and component.get("name") == name:
-            return component.get("type") in WORKER_ROLES
-    service = (spec.get("services") or {}).get(name)
-    if isinstance(service, dict):
-        return service.get("componentType") in WORKER_ROLES
-    return False
+    component = components(dgd.get("spec") or {}).get(name)
+    return component is not None and role(component) in WORKER_ROLES

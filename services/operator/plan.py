@@ -79,7 +79,7 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
     except ValueError as e:
         return Action(None, ref["namespace"], ref["name"], version, None, f"unreadable: {e}")
     spec = copy.deepcopy(current.get("spec") or {})
-    workers = {name: c for name, c in _components(spec).items() if _role(c) in WORKER_ROLES}
+    workers = {name: c for name, c in components(spec).items() if role(c) in WORKER_ROLES}
     annotations = (current.get("metadata") or {}).get("annotations") or {}
     ratio = _ratio(annotations, workers)
     changed = []
@@ -172,14 +172,14 @@ def _set_flags(container: Obj, module: str, flags: list[str]) -> bool:
     return False
 
 
-def _role(component: Obj) -> str | None:
+def role(component: Obj) -> str | None:
     role = (
         component.get("type") or component.get("subComponentType") or component.get("componentType")
     )
     return str(role) if role else None
 
 
-def _components(spec: Obj) -> dict[str, Obj]:
+def components(spec: Obj) -> dict[str, Obj]:
     """The graph's components by name: v1beta1 lists them, v1alpha1 maps names to them."""
     if isinstance(spec.get("components"), list):
         return {str(c.get("name")): c for c in spec["components"] if isinstance(c, dict)}

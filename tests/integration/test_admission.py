@@ -41,6 +41,17 @@ async def inventory(nc: Client, devices: int, command_id: str) -> None:
     assert (await send_until_answered(nc, "cluster.report_inventory", body))["ok"]
 
 
+def workload_body(i: int, **fields: Any) -> dict[str, Any]:
+    """`workload.create` for workload `w<i>` of project research on H100."""
+    return {
+        "command_id": f"w{i}",
+        "workload_id": f"w{i}",
+        "project": "research",
+        "device_class": "H100",
+        "serving": LLAMA,
+    } | fields
+
+
 async def test_pending_for_capacity_then_admitted_when_the_cluster_reports_devices(
     hub: Hub, client: Client
 ) -> None:
@@ -82,15 +93,7 @@ async def test_concurrent_demand_never_exceeds_capacity_or_quota(hub: Hub, clien
     await inventory(client, 6, "inv-6")
 
     def workload(i: int) -> dict[str, Any]:
-        return {
-            "command_id": f"w{i}",
-            "workload_id": f"w{i}",
-            "project": "research",
-            "device_class": "H100",
-            "serving": LLAMA,
-            "replicas": 1 + i % 2,
-            "cluster": "east",
-        }
+        return workload_body(i, replicas=1 + i % 2, cluster="east")
 
     changes = [send_until_answered(client, "workload.create", workload(i)) for i in range(24)]
     changes += [inventory(client, 4, "inv-4"), inventory(client, 9, "inv-9")]
@@ -151,14 +154,7 @@ async def test_concurrent_placement_never_exceeds_any_cluster_or_the_quota(
         assert (await send_until_answered(client, "cluster.report_inventory", report))["ok"]
 
     def workload(i: int) -> dict[str, Any]:  # unpinned: placement chooses
-        return {
-            "command_id": f"w{i}",
-            "workload_id": f"w{i}",
-            "project": "research",
-            "device_class": "H100",
-            "serving": LLAMA,
-            "replicas": 1 + i % 3,
-        }
+        return workload_body(i, replicas=1 + i % 3)
 
     creates = [send_until_answered(client, "workload.create", workload(i)) for i in range(16)]
     scales = [

@@ -39,8 +39,14 @@ WATCH, LIST, UPDATE = kmock.action.WATCH, kmock.action.LIST, kmock.action.UPDATE
 
 
 def status(code: int, reason: str, message: str = "") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure",
-            "code": code, "reason": reason, "message": message}
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 # --- reads and writes ----------------------------------------------------------------------------
@@ -70,16 +76,20 @@ async def test_merge_patch_sends_its_content_type_and_changes_only_the_given_fie
         spec = {"backendFramework": "vllm", "components": [{"name": "worker", "replicas": 1}]}
         await kube.create_dgd(dgd("llama", labels={"keep": "1", "drop": "1"}, spec=spec))
 
-        patch = {"metadata": {"labels": {"drop": None, "new": "2"}},
-                 "spec": {"components": [{"name": "worker", "replicas": 3}]}}
+        patch = {
+            "metadata": {"labels": {"drop": None, "new": "2"}},
+            "spec": {"components": [{"name": "worker", "replicas": 3}]},
+        }
         patched = await kube.patch_dgd(NAMESPACE, "llama", patch, "v1beta1")
 
         [sent] = requests(emulator, UPDATE, DGD)
         assert sent.headers["Content-Type"] == "application/merge-patch+json"
         assert sent.data == patch
         assert patched["metadata"]["labels"] == {"keep": "1", "new": "2"}
-        assert patched["spec"] == {"backendFramework": "vllm",
-                                   "components": [{"name": "worker", "replicas": 3}]}
+        assert patched["spec"] == {
+            "backendFramework": "vllm",
+            "components": [{"name": "worker", "replicas": 3}],
+        }
         assert await kube.get_dgd(NAMESPACE, "llama") == patched
 
 
@@ -103,8 +113,11 @@ async def test_errors_are_named_with_status_and_reason() -> None:
         assert missing.value.status == 404
 
         # kmock never fails on its own: script a server error for one object.
-        emulator[kmock.action.FETCH, resource(DGD), kmock.name("sick")] << 500 << status(
-            500, "InternalError", "etcd is sad")
+        (
+            emulator[kmock.action.FETCH, resource(DGD), kmock.name("sick")]
+            << 500
+            << status(500, "InternalError", "etcd is sad")
+        )
         with pytest.raises(KubeError) as failed:
             await kube.get_dgd(NAMESPACE, "sick")
         assert (failed.value.status, failed.value.reason) == (500, "InternalError")
@@ -126,12 +139,20 @@ async def test_kube_from_a_kubeconfig_file(tmp_path: Path) -> None:
     async with kube_emulator() as (_, server, kube):
         await kube.create_dgd(dgd("llama"))
         kubeconfig = tmp_path / "config"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "emu", "cluster": {"server": str(server.url).rstrip("/")}}],
-            "users": [{"name": "me", "user": {"token": "t0ken"}}],
-            "contexts": [{"name": "test", "context": {"cluster": "emu", "user": "me"}}],
-        }))
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [
+                        {"name": "emu", "cluster": {"server": str(server.url).rstrip("/")}}
+                    ],
+                    "users": [{"name": "me", "user": {"token": "t0ken"}}],
+                    "contexts": [{"name": "test", "context": {"cluster": "emu", "user": "me"}}],
+                }
+            )
+        )
         async with Kube(kubeconfig=kubeconfig) as from_file:
             assert await from_file.get_dgd(NAMESPACE, "llama") is not None
 
@@ -332,3 +353,20 @@ def test_label_selector_matching(selector: str, labels: dict[str, str], expected
 def test_an_unsupported_selector_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported"):
         matcher("app=(x")
+
+
+async def test_an_informer_started_from_what_was_known_reports_what_went_meanwhile() -> None:
+    async with kube_emulator() as (emulator, _, kube):
+        await cluster_create(emulator, DGD, dgd("kept"))
+        async with kube.informer(DGD) as first:
+            seen = {
+                (NAMESPACE, c.obj["metadata"]["name"]): c.obj for c in await until_synced(first)
+            }
+        await cluster_create(emulator, DGD, dgd("gone"))
+        async with kube.informer(DGD) as second:  # what another informer saw, "gone" included
+            seen |= {
+                (NAMESPACE, c.obj["metadata"]["name"]): c.obj for c in await until_synced(second)
+            }
+        await cluster_delete(emulator, DGD, dgd("gone"))  # while nobody watches
+        async with kube.informer(DGD, known=seen) as again:
+            assert names(await until_synced(again)) == [("DELETED", "gone")]  # "kept" is no news

@@ -184,9 +184,15 @@ async def test_an_unchanged_render_writes_nothing_again(client: Client) -> None:
         await cluster.render(desired())
         await cluster.until_dgd(lambda d: d is not None, "the DGD to be created")
         await cluster.render(desired())  # the same desired state again, e.g. after a restart
-        await cluster.until_reported("heartbeat", lambda r: True, "a heartbeat")
-        await asyncio.sleep(1.0)  # time for a wrong write to happen
-        assert len(write_requests(cluster.emulator)) == 1
+        # another deployment after it: once that one exists, the repeat has been handled
+        other = desired(deployment_id="qwen--east", workload_id="qwen")
+        await cluster.render(other, "qwen--east")
+
+        async def other_created() -> bool:
+            return await cluster.kube.get_dgd(NAMESPACE, "qwen") is not None
+
+        await wait_for(other_created, 15, "the second deployment's DGD")
+        assert [r.method.value for r in write_requests(cluster.emulator)] == ["POST", "POST"]
 
 
 async def test_an_observed_deployment_is_never_written_to(client: Client) -> None:
