@@ -1,4 +1,4 @@
-# The hub (and, later, the API and operators): one image, the command chooses the role.
+# The hub, the API and the operators: one image, the command chooses the role.
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
@@ -6,7 +6,8 @@ COPY domain domain
 COPY projections projections
 COPY adapters adapters
 COPY services services
-RUN pip install --no-cache-dir . && useradd --system --create-home wingsmith
+RUN pip install --no-cache-dir . && useradd --system --create-home wingsmith \
+    && install -d -o wingsmith /home/wingsmith/data
 USER wingsmith
 ENV WINGSMITH_DATA_DIR=/home/wingsmith/data
 ENTRYPOINT ["wingsmith"]

@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/wingsmith up --demo \
+	$(BIN)/wingsmith up \
 		--simulated east=2x8:NVIDIA-H100-80GB-HBM3@rack-a \
 		--simulated west=1x4:NVIDIA-H100-80GB-HBM3@rack-b
 

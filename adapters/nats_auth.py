@@ -93,16 +93,17 @@ def operator_permissions(cluster_id: str) -> Permissions:
 
 
 def client_permissions(*, commands: bool) -> Permissions:
-    """A person's command line: reads events, views and the render and observation streams
-    (stream info, message gets, KV gets, and the unnamed ordered consumers `wingsmith events`
-    and `wingsmith views` read with); sends commands only if `commands`. It writes to no stream,
-    deletes nothing and cannot pull from a durable consumer (it would take the hub's or an
-    operator's messages)."""
+    """A person's command line, or the REST API: reads events, views and the render and
+    observation streams (stream info, message gets, KV gets, and the unnamed ordered consumers
+    `wingsmith events` and `wingsmith views` read with); sends commands only if `commands`. It
+    writes to no stream, deletes nothing and cannot pull from a durable consumer (it would take
+    the hub's or an operator's messages)."""
     publish = [
         "$JS.API.STREAM.INFO.*",
         "$JS.API.STREAM.MSG.GET.*",
         "$JS.API.DIRECT.GET.>",
         "$JS.API.CONSUMER.CREATE.*",  # unnamed (ephemeral) consumers only
+        "$JS.API.CONSUMER.INFO.*.*",  # whether a reader's own consumer has anything to read
         "$JS.FC.>",  # flow control replies of the ordered consumers
     ]
     if commands:

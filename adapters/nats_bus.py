@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -314,7 +314,7 @@ def _message(msg: Msg) -> StreamMessage:
 
 async def _ordered(
     nc: Client, stream: str, subject: str, start: Start
-) -> tuple[Subscription, asyncio.Queue[Msg], Callable[[StreamMessage], bool]]:
+) -> tuple[JetStreamContext.PushSubscription, asyncio.Queue[Msg], Callable[[StreamMessage], bool]]:
     """An ordered consumer feeding our own queue, and a test for messages before `start`.
 
     The consumer recreates itself after a gap or a lost connection, from the sequence after the
@@ -357,7 +357,7 @@ async def _ordered(
 
 async def read_stream(
     nc: Client, stream: str, subject: str, *, follow: bool, start: Start = 1
-) -> AsyncIterator[StreamMessage]:
+) -> AsyncGenerator[StreamMessage, None]:
     """Messages of `stream` matching `subject` from `start`; without `follow` it ends once it
     has caught up with the stream."""
     js = nc.jetstream()
@@ -366,6 +366,11 @@ async def read_stream(
         return
     sub, arrived, early = await _ordered(nc, stream, subject, start)
     try:
+        if not follow:  # nothing to come: say so now rather than after waiting for it
+            consumer = await sub.consumer_info()
+            delivered = consumer.delivered.consumer_seq if consumer.delivered else 0
+            if consumer.num_pending == 0 and delivered == 0:
+                return
         while True:
             try:
                 async with asyncio.timeout(None if follow else 1.0):
@@ -380,6 +385,11 @@ async def read_stream(
     finally:
         with contextlib.suppress(nats.errors.ConnectionClosedError):
             await sub.unsubscribe()
+
+
+async def last_seq(nc: Client, stream: str) -> int:
+    """The sequence of the stream's latest message."""
+    return int((await nc.jetstream().stream_info(stream)).state.last_seq)
 
 
 async def event_batches(

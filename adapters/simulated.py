@@ -13,6 +13,13 @@ Faults on demand, by request on `wingsmith.sim.<cluster>.fault`: `{"fault": "nod
 "node": ID}` takes a node and its pods away (`node_restore` brings it back); `{"fault":
 "image_pull", "deployment_id": ID}` makes the deployment's pods fail to pull their image until
 its serving configuration changes or `{"fault": "clear", "deployment_id": ID}`.
+
+Models nobody declared, the same way: `{"fault": "run_model", "namespace": NS, "name": NAME,
+"model": M, "backend": B, "engine_version": V, "replicas": N, "gpus": G, "args": [...]}` starts
+one on the cluster (as if someone had applied a DynamoGraphDeployment by hand), which the
+operator reports as discovered; `stop_model` (namespace, name) removes it. Once a deployment
+adopts it, its pods are reported as that deployment's replicas; promoted to managed, the
+deployment takes them over without restarting them.
 """
 
 from __future__ import annotations
@@ -58,6 +65,11 @@ class SimNode:
     def __post_init__(self) -> None:
         self.device_ids = [f"GPU-{self.node_id}-{i}" for i in range(self.devices)]
         self.free = list(self.device_ids)
+
+
+def _adopted_key(want: Mapping[str, Any]) -> str | None:
+    adopted = want.get("adopted")
+    return f"{adopted['namespace']}/{adopted['name']}" if adopted else None
 
 
 def nodes_from_spec(cluster_id: str, spec: str) -> list[SimNode]:
@@ -106,6 +118,7 @@ class SimulatedCluster:
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
         self.failing: dict[str, str] = {}  # deployment id -> digest whose image cannot be pulled
+        self.foreign: dict[str, dict[str, Any]] = {}  # `ns/name` -> sighting of a model run by hand
         # Pod names and report versions go on across restarts, as a real cluster's do: a new
         # start neither reuses a name nor orders its reports before the last start's.
         self._instance = uuid.uuid4().hex[:5]
@@ -123,9 +136,15 @@ class SimulatedCluster:
         observed (then nothing on the cluster changes, as for a real one)."""
         async with self._lock:
             if desired is None:
-                self.desired.pop(deployment_id, None)
+                removed = self.desired.pop(deployment_id, None)
+                if removed is not None and _adopted_key(removed) in self.foreign:
+                    # what was adopted was never ours: it keeps running, as before adoption
+                    self.pods[f"dgd:{_adopted_key(removed)}"] = self.pods.pop(deployment_id, {})
+                    self._save()
+                    return
             else:
                 self.desired[deployment_id] = desired
+                await self._adopt(deployment_id, desired)
             await self._reconcile(deployment_id)
             self._save()
 
@@ -133,6 +152,8 @@ class SimulatedCluster:
         """Report the inventory now and every `inventory_every` seconds (a hub that refused it,
         say before the cluster was known, gets it again)."""
         self._report = report
+        for key in self.foreign:  # what a restarted operator finds again
+            await self._report_sighting(key)
         for deployment_id, pods in self.pods.items():  # restored, and not ready yet
             for pod in pods.values():
                 if not pod.ready:
@@ -183,6 +204,7 @@ class SimulatedCluster:
                 for deployment_id, pods in self.pods.items()
             },
             "failing": self.failing,
+            "foreign": self.foreign,
             "lost": [n.node_id for n in self.nodes if n.lost],
         }
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -202,6 +224,7 @@ class SimulatedCluster:
             if node_id in nodes:
                 nodes[node_id].lost = True
         self.failing = dict(state.get("failing", {}))
+        self.foreign = dict(state.get("foreign", {}))
         for deployment_id, pods in state.get("pods", {}).items():
             for saved in pods:
                 node = nodes.get(saved["node"])
@@ -239,10 +262,78 @@ class SimulatedCluster:
                 else:
                     self.failing.pop(want["deployment_id"], None)
                 await self._reconcile(want["deployment_id"])
+            elif fault in {"run_model", "stop_model"}:
+                return await self._foreign_model(request, run=fault == "run_model")
             else:
-                return {"ok": False, "error": "fault: node_loss, node_restore, image_pull, clear"}
+                kinds = "node_loss, node_restore, image_pull, clear, run_model, stop_model"
+                return {"ok": False, "error": f"fault: one of {kinds}"}
             self._save()
         return {"ok": True}
+
+    async def _foreign_model(self, request: dict[str, Any], *, run: bool) -> dict[str, Any]:
+        """Start (or stop) a model as if someone had applied its DynamoGraphDeployment by hand:
+        its pods run under `dgd:<ns>/<name>` until a deployment adopts them."""
+        namespace, name = request.get("namespace") or "default", request.get("name")
+        if not isinstance(name, str) or not name:
+            return {"ok": False, "error": "name: the model's DynamoGraphDeployment name"}
+        key = f"{namespace}/{name}"
+        owner = next(
+            (d for d, want in self.desired.items() if _adopted_key(want) == key), f"dgd:{key}"
+        )
+        if not run:
+            if self.foreign.pop(key, None) is None:
+                return {"ok": False, "error": f"name: no model {key!r} runs here"}
+            for pod in list(self.pods.get(owner, {}).values()):
+                await self._terminate(owner, pod)
+            await self._report_sighting(key, gone=True)
+            return {"ok": True}
+        if key in self.foreign:
+            return {"ok": False, "error": f"name: {key!r} runs already"}
+        replicas, gpus = int(request.get("replicas", 1)), int(request.get("gpus", 1))
+        want = {
+            "workload_id": name,
+            "device_class": self.nodes[0].device_class,
+            "serving": {"devices_per_replica": gpus, "engine_version": request["engine_version"]},
+            "serving_digest": "worker",  # names its pods <name>-worker-…
+        }
+        self.pods.setdefault(owner, {})
+        for _ in range(replicas):
+            if await self._start(owner, want) is None:
+                return {"ok": False, "error": "replicas: not enough free devices"}
+        self.foreign[key] = {
+            "namespace": namespace,
+            "name": name,
+            "api_version": "nvidia.com/v1beta1",
+            "backend": request.get("backend"),
+            "components": [
+                {"name": "Frontend", "role": "frontend", "replicas": 1, "gpus_per_replica": 0},
+                {
+                    "name": "VllmWorker",
+                    "role": "worker",
+                    "replicas": replicas,
+                    "gpus_per_replica": gpus,
+                    "imported_args": list(request.get("args", [])),
+                },
+            ],
+            "model": request.get("model"),
+            "engine_version": request["engine_version"],
+            "tensor_parallel": gpus,
+        }
+        await self._report_sighting(key)
+        return {"ok": True}
+
+    async def _adopt(self, deployment_id: str, want: Mapping[str, Any]) -> None:
+        """A deployment adopted a model run by hand: its pods are that deployment's now, running
+        the configuration the deployment says they run."""
+        key = _adopted_key(want)
+        pods = self.pods.pop(f"dgd:{key}", None)
+        if pods is None:
+            return
+        self.pods[deployment_id] = pods
+        for pod in pods.values():
+            pod.digest = want["serving_digest"]
+            await self._report_replica(deployment_id, pod, "ready" if pod.ready else "started")
+        await self._report_status(deployment_id, len(pods))
 
     async def _set_lost(self, node: SimNode, lost: bool) -> None:
         node.lost = lost
@@ -261,6 +352,8 @@ class SimulatedCluster:
         want = self.desired.get(deployment_id)
         if self.read_only or (want is not None and want.get("authority", "managed") != "managed"):
             return  # read-only, or observed: nothing on the cluster changes
+        if deployment_id.startswith("dgd:"):
+            return  # a model run by hand: not the plane's
         pods = self.pods.setdefault(deployment_id, {})
         replicas = want["replicas"] if want and want["enabled"] else 0
         digest = want["serving_digest"] if want else None
@@ -338,6 +431,8 @@ class SimulatedCluster:
     # -- reports ---------------------------------------------------------------------------
 
     async def _send(self, kind: str, payload: dict[str, Any]) -> None:
+        if str(payload.get("deployment_id")).startswith("dgd:"):
+            return  # a model run by hand has no deployment to report for until it is adopted
         if self._report is not None:  # reports start with `observe`
             await self._report(kind, payload | {"version": next(self._versions)})
 
@@ -355,6 +450,14 @@ class SimulatedCluster:
         ]
         if self._report is not None:
             await self._report("inventory", {"nodes": nodes})
+
+    async def _report_sighting(self, key: str, *, gone: bool = False) -> None:
+        namespace, name = key.split("/", 1)
+        payload: dict[str, Any] = {"namespace": namespace, "name": name}
+        if not gone:
+            payload["sighting"] = self.foreign[key]
+        if self._report is not None:
+            await self._report("discovery", payload)
 
     async def _report_replica(self, deployment_id: str, pod: Pod, state: str) -> None:
         await self._send(

@@ -17,6 +17,9 @@ capacity, or its project's quota, keeps its place ahead of later ones (a large d
 starved by small ones), unless it could never fit. A deployment is looked at again when
 something it waits for changes: the cluster's inventory, its project's quota, or devices
 released in its cluster or project; and then only the head of each queue is.
+
+A deleted deployment is never admitted again, and its grant is released at once; what its live
+replicas hold stays counted until they are seen terminated. A deleted workload is never placed.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Slot:
     rolling: bool = False  # its serving configuration changed and was not admitted yet
     waiting_since: int = 0  # the position it began to wait at: its place in the queues
     retry: bool = False  # failed, then changed by the plane: admission starts over
+    deleted: bool = False  # wants nothing, is decided for no more; holds what its replicas do
 
     @property
     def previous(self) -> int:
@@ -66,7 +70,9 @@ class Slot:
     @property
     def wanted(self) -> int:
         """Its own footprint, plus what a previous generation holds while it rolls out."""
-        return self.desired * self.per_replica + self.previous if self.enabled else 0
+        if not self.enabled or self.deleted:
+            return 0
+        return self.desired * self.per_replica + self.previous
 
     @property
     def held(self) -> int:
@@ -230,6 +236,15 @@ class Ledger:
         self.to_place[workload_id] = None  # its room is counted in replicas of the new size
         return []
 
+    def _on_WorkloadDeleted(self, workload_id: str, e: E) -> list[str]:
+        """Its deployments are deleted in the same command, right after it: they go here at
+        once, so that none of them is decided for on what another one's deletion released."""
+        w = self.workloads.pop(workload_id)
+        self.to_place.pop(workload_id, None)
+        self.unplaced.get(w.device_class, {}).pop(workload_id, None)
+        released = [d for key in w.deployments.values() for d in self._delete(key)]
+        return self.oldest_first(released)
+
     def _on_DeploymentAttached(self, workload_id: str, e: E) -> list[str]:
         self.workloads[workload_id].deployments[e["cluster_id"]] = e["deployment_key"]
         return []
@@ -271,6 +286,19 @@ class Ledger:
             return []
         return self._change(deployment_id, managed=True)
 
+    def _on_DeploymentDeleted(self, deployment_id: str, e: E) -> list[str]:
+        return self._delete(deployment_id)
+
+    def _delete(self, deployment_id: str) -> list[str]:
+        """It leaves the queues first, so that those behind it move up; then its grant is
+        released to whoever waits for it. Deleted already (with its workload): nothing."""
+        slot = self.deployments.get(deployment_id)
+        if slot is None or slot.deleted:
+            return []
+        self._stop_waiting(deployment_id, slot)
+        released = self._update(deployment_id, slot, deleted=True, granted=0)
+        return self.oldest_first([*released, *self._heads_of(slot)])
+
     def _on_AdmissionDecided(self, deployment_id: str, e: E) -> list[str]:
         return self._set_phase(deployment_id, e["phase"], e["reason"], e.get("devices", 0))
 
@@ -300,7 +328,7 @@ class Ledger:
     def decide(self, deployment_id: str) -> Decision | None:
         """What admission says of this deployment now; None when nothing would change."""
         slot = self.deployments.get(deployment_id)
-        if slot is None or not slot.managed:
+        if slot is None or not slot.managed or slot.deleted:
             return None
         if slot.phase == "failed":  # waits for the plane to change it, then starts over
             if not slot.retry:
@@ -459,8 +487,10 @@ class Ledger:
     def _behind(self, slot: Slot) -> list[str]:
         """The heads of the queues this deployment waits in: what it wants changed, so it may
         no longer hold them back."""
-        if slot.phase != "pending":
-            return []
+        return self._heads_of(slot) if slot.phase == "pending" else []
+
+    def _heads_of(self, slot: Slot) -> list[str]:
+        """The heads of both queues a deployment waits in (or waited in)."""
         return [
             *self._heads(self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
             *self._heads(self.waiting_for, (slot.project, slot.device_class), QUOTA),

@@ -3,6 +3,9 @@
 It is plane-declared (desired_replicas, enabled, serving config, engine_args) and cluster-observed
 (status, live_digests, imported_args). Each side has its own methods and its own events, and the
 `Cause.writer` guard keeps one from writing the other's fields.
+
+A deleted deployment refuses the plane, but still records what its cluster reports while it
+winds down (its pods terminating); none of that moves its admission phase any more.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from domain.base import (
     Event,
     IllegalTransition,
     InvalidValue,
+    NotFound,
     Writer,
     require_writer,
 )
@@ -107,6 +111,7 @@ class Deployment(Aggregate):
     status_version: int  # the cluster's ordering of the status last recorded
     live_digests: dict[str, int]
     adopted: ResourceRef | None  # the DynamoGraphDeployment it was adopted from, if it was
+    deleted: bool
 
     @staticmethod
     def key_for(workload_id: str, cluster_id: str) -> str:
@@ -160,28 +165,33 @@ class Deployment(Aggregate):
 
     def scale(self, cause: Cause, desired_replicas: int) -> None:
         require_writer(cause, Writer.PLANE, "desired_replicas")
+        self._check_not_deleted()
         _check_replicas(desired_replicas)
         if desired_replicas != self.desired_replicas:
             self._record(DeploymentScaled, cause, desired_replicas=desired_replicas)
 
     def enable(self, cause: Cause) -> None:
         require_writer(cause, Writer.PLANE, "enabled")
+        self._check_not_deleted()
         if not self.enabled:
             self._record(DeploymentEnabled, cause)
 
     def disable(self, cause: Cause) -> None:
         require_writer(cause, Writer.PLANE, "enabled")
+        self._check_not_deleted()
         if self.enabled:
             self._record(DeploymentDisabled, cause)
 
     def set_engine_args(self, cause: Cause, engine_args: tuple[str, ...]) -> None:
         require_writer(cause, Writer.PLANE, "engine_args")
+        self._check_not_deleted()
         if engine_args != self.engine_args:
             self._record(EngineArgsSet, cause, engine_args=engine_args)
 
     def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
         """A new serving configuration is a new generation; an equal one changes nothing."""
         require_writer(cause, Writer.PLANE, "serving config")
+        self._check_not_deleted()
         digest = serving.digest()
         if digest == self.serving_digest:
             return False
@@ -197,6 +207,7 @@ class Deployment(Aggregate):
     def promote_authority(self, cause: Cause, *, force: bool = False) -> None:
         """observed -> managed, the one way authority ever changes."""
         require_writer(cause, Writer.PLANE, "authority")
+        self._check_not_deleted()
         if self.authority is Authority.MANAGED:
             return
         if self.imported_args is not None and self.imported_args != self.engine_args and not force:
@@ -223,6 +234,7 @@ class Deployment(Aggregate):
         generation waiting for the previous one keeps the grant the previous one had: the new
         one's replicas start inside it as the old ones release their devices."""
         require_writer(cause, Writer.PLANE, "admission")
+        self._check_not_deleted()
         if admitted == (reason is not None):
             raise InvalidValue(
                 "a deployment left pending needs a reason, and an admitted one has none",
@@ -256,6 +268,16 @@ class Deployment(Aggregate):
             AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence, devices=devices
         )
 
+    def delete(self, cause: Cause) -> None:
+        """Gone for good: its grant is released, and the operator takes down what runs."""
+        require_writer(cause, Writer.PLANE, "deletion")
+        self._check_not_deleted()
+        self._record(DeploymentDeleted, cause)
+
+    def _check_not_deleted(self) -> None:
+        if self.deleted:
+            raise NotFound(f"deployment {self.key!r} was deleted", field="deployment_id")
+
     # -- cluster-observed -------------------------------------------------------------------
 
     def mark_placed(self, cause: Cause) -> None:
@@ -266,8 +288,8 @@ class Deployment(Aggregate):
 
     def mark_failed(self, cause: Cause, reason: str, message: str) -> None:
         require_writer(cause, Writer.CLUSTER, "failure")
-        if self.admission_phase is AdmissionPhase.FAILED:
-            return
+        if self.deleted or self.admission_phase is AdmissionPhase.FAILED:
+            return  # deleted: nothing is admitted that could fail
         self._check_transition(AdmissionPhase.FAILED)
         self._record(DeploymentFailed, cause, reason=reason, message=message)
 
@@ -313,8 +335,10 @@ class Deployment(Aggregate):
             self._record(ImportedArgsObserved, cause, imported_args=imported_args)
 
     def _observe_phase(self, cause: Cause, phase: AdmissionPhase, event: type[Event]) -> None:
+        """A deleted deployment's phase stays where it was: its pods may still report while
+        they go, but it is admitted to nothing any more."""
         require_writer(cause, Writer.CLUSTER, f"the {phase.value} phase")
-        if phase is not self.admission_phase:
+        if not self.deleted and phase is not self.admission_phase:
             self._check_transition(phase)
             self._record(event, cause)
 
@@ -359,6 +383,7 @@ class DeploymentCreated(Created):
             d.admission_phase, d.admission_reason = AdmissionPhase.ADMITTED, None
         d.granted_devices = 0
         d.status, d.status_version, d.live_digests = None, 0, {}
+        d.deleted = False
 
 
 class DeploymentScaled(Event):
@@ -435,6 +460,12 @@ class DeploymentFailed(Event):
         d.admission_phase = AdmissionPhase.FAILED
         d.admission_reason = AdmissionReason.CLUSTER_FAILURE
         d.granted_devices = 0  # a failure releases the grant; admission starts over
+
+
+class DeploymentDeleted(Event):
+    def apply(self, d: Any) -> None:
+        d.deleted = True
+        d.granted_devices = 0  # released for other deployments' admission
 
 
 class StatusObserved(Event):

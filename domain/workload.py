@@ -1,10 +1,14 @@
-"""A workload: one model served one way, at a total scale, spread over deployments."""
+"""A workload: one model served one way, at a total scale, spread over deployments.
+
+Deleting one keeps its history under its id: a deleted workload refuses every further command,
+and its id is never given to another workload.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from domain.base import Aggregate, Cause, Created, Event, InvalidValue
+from domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
 from domain.values import ServingConfig
 
 
@@ -20,6 +24,7 @@ class Workload(Aggregate):
     engine_args: tuple[str, ...]  # what the workload's deployments start with
     deployments: dict[str, str]  # cluster id -> deployment key
     unplaced: str | None  # why placement found nowhere to go, until it does
+    deleted: bool
 
     @classmethod
     def create(
@@ -58,12 +63,14 @@ class Workload(Aggregate):
         )
 
     def scale(self, cause: Cause, replicas: int) -> None:
+        self.check_not_deleted()
         _check_replicas(replicas)
         if replicas != self.replicas:
             self._record(WorkloadScaled, cause, replicas=replicas)
 
     def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
         """Record a new serving configuration; False when it equals the current one."""
+        self.check_not_deleted()
         digest = serving.digest()
         if digest == self.serving_digest:
             return False
@@ -71,6 +78,7 @@ class Workload(Aggregate):
         return True
 
     def attach_deployment(self, cause: Cause, cluster_id: str, deployment_key: str) -> None:
+        self.check_not_deleted()
         if cluster_id in self.deployments:
             raise InvalidValue(f"workload already has a deployment on cluster {cluster_id!r}")
         self._record(
@@ -79,8 +87,19 @@ class Workload(Aggregate):
 
     def defer_placement(self, cause: Cause, message: str) -> None:
         """Placement found no cluster to go to; it tries again when one appears."""
+        self.check_not_deleted()
         if message != self.unplaced:
             self._record(PlacementDeferred, cause, message=message)
+
+    def delete(self, cause: Cause) -> None:
+        """The workload is gone for good; its deployments are deleted with it (by the
+        handler, in the same command)."""
+        self.check_not_deleted()
+        self._record(WorkloadDeleted, cause)
+
+    def check_not_deleted(self) -> None:
+        if self.deleted:
+            raise NotFound(f"workload {self.key!r} was deleted", field="workload_id")
 
 
 def _check_replicas(replicas: int) -> None:
@@ -110,6 +129,7 @@ class WorkloadCreated(Created):
         workload.engine_args = self.engine_args
         workload.deployments = {}
         workload.unplaced = None
+        workload.deleted = False
 
 
 class WorkloadScaled(Event):
@@ -142,3 +162,8 @@ class PlacementDeferred(Event):
 
     def apply(self, workload: Any) -> None:
         workload.unplaced = self.message
+
+
+class WorkloadDeleted(Event):
+    def apply(self, workload: Any) -> None:
+        workload.deleted = True

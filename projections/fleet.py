@@ -1,5 +1,7 @@
 """Fleet views: workload phase, free device capacity, quota use, deployment health, discovered
-inventory and allocations. Each is a pure fold (see `base.Projection`)."""
+inventory, allocations, and the workloads and clusters as declared. Each is a pure fold (see
+`base.Projection`). A deleted workload's or deployment's views are removed; the devices its
+replicas hold stay counted until they are seen terminated."""
 
 from __future__ import annotations
 
@@ -17,6 +19,14 @@ JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_a
 def _first_phase(e: E) -> tuple[str, str | None]:
     """A deployment the plane declares waits for admission; one adopted runs already."""
     return ("pending", "awaiting_admission") if e["authority"] == "managed" else ("admitted", None)
+
+
+def _devices(nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Total devices per device class of an inventory's nodes."""
+    totals: dict[str, int] = {}
+    for node in nodes:
+        totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+    return totals
 
 
 def workload_phase(phases: Iterable[str]) -> str:
@@ -74,8 +84,17 @@ class WorkloadPhase(Projection):
     def _failed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "failed")
 
+    @handles("WorkloadDeleted")
+    def _deleted(self, workload_id: str, e: E) -> Keys:
+        view = self.views.pop(workload_id, None)
+        for deployment_id in view["deployments"] if view else ():
+            self.workload_of.pop(deployment_id, None)
+        return (workload_id,)
+
     def _set(self, deployment_id: str, phase: str) -> Keys:
-        workload_id = self.workload_of[deployment_id]
+        workload_id = self.workload_of.get(deployment_id)
+        if workload_id is None:  # its workload was deleted
+            return ()
         view = self._view(workload_id)
         view["deployments"][deployment_id] = phase
         view["phase"] = workload_phase(view["deployments"].values())
@@ -148,8 +167,9 @@ class Capacity(_Allocations):
         self.deployments[deployment_id]["granted"] = e.get("devices", 0)
         return self._deployment_changed(deployment_id)
 
-    @handles("DeploymentFailed")
-    def _failed(self, deployment_id: str, e: E) -> Keys:
+    @handles("DeploymentFailed", "DeploymentDeleted")
+    def _released(self, deployment_id: str, e: E) -> Keys:
+        """A failure or a deletion releases the grant; live replicas keep what they hold."""
         self.deployments[deployment_id]["granted"] = 0
         return self._deployment_changed(deployment_id)
 
@@ -171,9 +191,7 @@ class Capacity(_Allocations):
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         """Only the device classes whose total moved change (a class no longer reported has
         none)."""
-        totals: dict[str, int] = {}
-        for node in e["nodes"]:
-            totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+        totals = _devices(e["nodes"])
         before = self.totals.get(cluster_id, {})
         self.totals[cluster_id] = totals
         changed = set()
@@ -321,6 +339,13 @@ class DeploymentHealth(Projection):
     def _failed(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission("failed", e["reason"], e, message=e["message"])
         return self._set(deployment_id, "admission", admission)
+
+    @handles("DeploymentDeleted")
+    def _deleted(self, deployment_id: str, e: E) -> Keys:
+        view = self.views.pop(deployment_id, None)
+        if view is not None:
+            self.on_cluster[view["cluster_id"]].remove(deployment_id)
+        return (deployment_id,)
 
     def _set(self, deployment_id: str, field: str, value: Any) -> Keys:
         view = self.views.get(deployment_id)
@@ -514,6 +539,109 @@ class Allocations(_Allocations):
         return changed
 
 
+class Workloads(Projection):
+    """Key: workload id. A workload as declared: what it serves, where it may go, the
+    deployment it has on each cluster, and why placement found nowhere to go (null once it
+    did). For listing and reading workloads without the event store."""
+
+    name = "workloads"
+
+    @handles("WorkloadCreated")
+    def _created(self, workload_id: str, e: E) -> Keys:
+        allowed = e.get("allowed_clusters")
+        self.views[workload_id] = {
+            "workload_id": workload_id,
+            "project": e["project"],
+            "device_class": e["device_class"],
+            "replicas": e["replicas"],
+            "serving": e["serving"],
+            "serving_digest": e["serving_digest"],
+            "cluster": e["cluster_pin"],
+            "clusters": None if allowed is None else list(allowed),
+            "engine_args": list(e.get("engine_args", ())),
+            "deployments": {},
+            "unplaced": None,
+            "created_at": e["timestamp"],
+            "updated_at": e["timestamp"],
+        }
+        return (workload_id,)
+
+    @handles("WorkloadScaled")
+    def _scaled(self, workload_id: str, e: E) -> Keys:
+        return self._set(workload_id, e, replicas=e["replicas"])
+
+    @handles("WorkloadServingConfigChanged")
+    def _serving(self, workload_id: str, e: E) -> Keys:
+        return self._set(workload_id, e, serving=e["serving"], serving_digest=e["serving_digest"])
+
+    @handles("DeploymentAttached")
+    def _attached(self, workload_id: str, e: E) -> Keys:
+        view = self.views.get(workload_id)
+        if view is not None:
+            view["deployments"][e["cluster_id"]] = e["deployment_key"]
+        return self._set(workload_id, e, unplaced=None)
+
+    @handles("PlacementDeferred")
+    def _deferred(self, workload_id: str, e: E) -> Keys:
+        return self._set(workload_id, e, unplaced=e["message"])
+
+    @handles("WorkloadDeleted")
+    def _deleted(self, workload_id: str, e: E) -> Keys:
+        self.views.pop(workload_id, None)
+        return (workload_id,)
+
+    def _set(self, workload_id: str, e: E, **fields: Any) -> Keys:
+        view = self.views.get(workload_id)
+        if view is None:
+            return ()
+        view.update(fields, updated_at=e["timestamp"])
+        return (workload_id,)
+
+
+class Clusters(Projection):
+    """Key: cluster id. A cluster as registered, whether it is reachable, the operator last
+    heard from, and its inventory in sum: how many nodes, and devices per class."""
+
+    name = "clusters"
+
+    @handles("ClusterRegistered")
+    def _registered(self, cluster_id: str, e: E) -> Keys:
+        self.views[cluster_id] = {
+            "cluster_id": cluster_id,
+            "region": e["region"],
+            "labels": dict(e["labels"]),
+            "reachable": True,
+            "operator": None,
+            "nodes": 0,
+            "devices": {},
+            "registered_at": e["timestamp"],
+        }
+        return (cluster_id,)
+
+    @handles("InventoryReported")
+    def _inventory(self, cluster_id: str, e: E) -> Keys:
+        return self._set(cluster_id, nodes=len(e["nodes"]), devices=_devices(e["nodes"]))
+
+    @handles("ClusterReachable")
+    def _reachable(self, cluster_id: str, e: E) -> Keys:
+        return self._set(cluster_id, reachable=True)
+
+    @handles("ClusterUnreachable")
+    def _unreachable(self, cluster_id: str, e: E) -> Keys:
+        return self._set(cluster_id, reachable=False)
+
+    @handles("OperatorConnected")
+    def _operator(self, cluster_id: str, e: E) -> Keys:
+        return self._set(cluster_id, operator=dict(e["operator"]))
+
+    def _set(self, cluster_id: str, **fields: Any) -> Keys:
+        view = self.views.get(cluster_id)
+        if view is None:
+            return ()
+        view.update(fields)
+        return (cluster_id,)
+
+
 PROJECTIONS: tuple[type[Projection], ...] = (
     WorkloadPhase,
     Capacity,
@@ -521,5 +649,7 @@ PROJECTIONS: tuple[type[Projection], ...] = (
     DeploymentHealth,
     Discovered,
     Allocations,
+    Workloads,
+    Clusters,
     Render,  # published on wingsmith.render.> for the operators, not wingsmith.proj.>
 )

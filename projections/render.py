@@ -6,7 +6,8 @@ has granted it devices, with as many replicas as the grant covers; every later c
 should run there (scale, serving configuration, engine arguments, enabling) publishes the whole
 object again. Disabling renders zero replicas: the operator scales to zero and keeps the
 DynamoGraphDeployment. So does a failure the cluster reports: it releases the grant, and the
-deployment runs again once admission has started over.
+deployment runs again once admission has started over. Deleting removes the view: the operator
+deletes what it rendered (an adopted DynamoGraphDeployment is left alone).
 
 An observed deployment (adopted from a DynamoGraphDeployment the plane did not render) appears
 at once with `authority: observed` and the object it was adopted from, so the operator can
@@ -94,6 +95,16 @@ class Render(Projection):
     @handles("AuthorityPromoted")
     def _promoted(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, managed=True, promoting=True)
+
+    @handles("DeploymentDeleted")
+    def _deleted(self, deployment_id: str, e: E) -> Keys:
+        """A removed view is published as a removal; one never rendered has nothing to
+        remove."""
+        d = self.desired.pop(deployment_id, None)
+        if d is None:
+            return ()
+        key = f"{d['cluster_id']}.{deployment_id}"
+        return (key,) if self.views.pop(key, None) is not None else ()
 
     def _set(self, deployment_id: str, **fields: Any) -> Keys:
         d = self.desired.get(deployment_id)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.simulated import SimNode, SimulatedCluster
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
+from services.api.app import Tokens
+from services.api.server import serving
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import ingest
@@ -267,3 +270,37 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 def _ignore(_: object) -> None:
     return None
+
+
+@contextlib.asynccontextmanager
+async def running_api(
+    settings: Settings, url: str | None = None, *, local_token: bool = False
+) -> AsyncIterator[str]:
+    """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends;
+    yields its base URL. With `local_token` and no tokens configured, it accepts the token kept
+    in the data directory (made on first use), so the CLI on this machine can use it."""
+    writers, readers = dict(settings.api_tokens), dict(settings.api_read_tokens)
+    if not writers and not readers:
+        if not local_token:
+            raise RuntimeError("set WINGSMITH_API_TOKENS (NAME:TOKEN,...) to serve the API")
+        writers[_local_token(settings.api_token_file)] = "local"
+    nc = await connect(settings, "wingsmith-api", url)
+    try:
+        host, port = settings.api_listen
+        async with serving(nc, Tokens(writers, readers), host, port) as base:
+            settings.api_url_file.write_text(base)
+            try:
+                yield base
+            finally:
+                settings.api_url_file.unlink(missing_ok=True)
+    finally:
+        await nc.close()
+
+
+def _local_token(path: Path) -> str:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()

@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import shlex
 import signal
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,7 +26,14 @@ from adapters.store import StoreThread, store_env
 from domain.values import is_name
 from projections.audit import Entry, Timeline
 from projections.fleet import PROJECTIONS
-from services.bootstrap import connect, running_hub, running_projector, simulated_operators
+from services.bootstrap import (
+    connect,
+    running_api,
+    running_hub,
+    running_projector,
+    simulated_operators,
+)
+from services.client import add_commands
 from services.commands import json_schemas
 from services.config import Settings
 from services.operator.dgd import render_yaml
@@ -35,6 +42,7 @@ from services.operator.kube import KubeBackend
 from services.operator.runtime import Backend, OperatorOptions, run_operator
 from services.projector import as_of, compare, rebuild
 from services.relay import event_type
+from services.terminal import Progress
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,10 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--demo",
         action="store_true",
-        help="with --simulated: set a quota and create a workload, and print every "
-        "deployment's phase as it changes",
+        help="with --simulated: set a quota and create a workload that uses every cluster",
+    )
+    up.add_argument(
+        "--no-api", action="store_true", help="do not serve the REST API (WINGSMITH_API_LISTEN)"
     )
     up.set_defaults(run=_up)
+
+    api = sub.add_parser(
+        "api", help="serve the REST API (WINGSMITH_API_LISTEN) until SIGINT/SIGTERM"
+    )
+    api.set_defaults(run=_api)
 
     operator = sub.add_parser(
         "operator", help="run the operator of one cluster until SIGINT/SIGTERM"
@@ -118,9 +133,23 @@ def _parser() -> argparse.ArgumentParser:
 
     fault = sub.add_parser("sim-fault", help="inject a fault into a simulated cluster")
     fault.add_argument("cluster_id", metavar="CLUSTER")
-    fault.add_argument("fault", choices=["node_loss", "node_restore", "image_pull", "clear"])
+    fault.add_argument(
+        "fault",
+        choices=["node_loss", "node_restore", "image_pull", "clear", "run_model", "stop_model"],
+        help="run_model: start a model nobody declared, for the operator to discover",
+    )
     fault.add_argument("--node", help="for node_loss and node_restore")
     fault.add_argument("--deployment", help="for image_pull and clear")
+    fault.add_argument("--name", help="run_model, stop_model: its DynamoGraphDeployment name")
+    fault.add_argument("--namespace", default="default", help="run_model, stop_model")
+    fault.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
+    fault.add_argument("--backend", default="vllm", choices=["vllm", "sglang", "trtllm"])
+    fault.add_argument("--engine-version", default="0.9.2", help="run_model")
+    fault.add_argument("--replicas", type=int, default=1, help="run_model")
+    fault.add_argument("--gpus", type=int, default=1, help="run_model: per replica")
+    fault.add_argument(
+        "--args", default="", help="run_model: the engine's flags, e.g. '--max-model-len 8192'"
+    )
     fault.set_defaults(run=_sim_fault)
 
     projector = sub.add_parser("projector", help="run the projector (`up` starts one itself)")
@@ -131,6 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("payload", help="the command as JSON; command_id is added when missing")
     cmd.add_argument("--timeout", type=float, default=10.0)
     cmd.set_defaults(run=_cmd)
+
+    ping = sub.add_parser("ping", help="exit 0 if the hub answers on NATS (a health check)")
+    ping.add_argument("--timeout", type=float, default=3.0)
+    ping.set_defaults(run=_ping)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of every command")
     schema.set_defaults(run=_schema)
@@ -185,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--timeout", type=float, default=60.0, help="wait for the projector")
     replay.set_defaults(run=_replay)
+    add_commands(sub)
     return parser
 
 
@@ -199,6 +233,12 @@ async def _up(args: argparse.Namespace) -> int:
         hub = await stack.enter_async_context(running_hub(settings))
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
+        if not args.no_api:
+            base = await stack.enter_async_context(
+                running_api(settings, hub.nats_url, local_token=True)
+            )
+            token = "WINGSMITH_API_TOKENS" if settings.api_tokens else settings.api_token_file
+            print(f"rest api: {base}/v1 (bearer token: {token})", flush=True)
         tasks = list(hub.tasks)
         if args.simulated:
             clusters = dict(args.simulated)
@@ -208,8 +248,9 @@ async def _up(args: argparse.Namespace) -> int:
             )
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
             print(f"simulated clusters: {names}", flush=True)
-        if args.demo:
+            # a laptop: say what happens to each deployment as it happens
             tasks.append(asyncio.create_task(_phases(hub.store), name="wingsmith-phases"))
+        if args.demo:
             await _demo(hub.nc, dict(args.simulated))
         stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
         await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -298,9 +339,10 @@ PHASE_EVENTS = {
 
 
 async def _phases(store: StoreThread) -> None:
-    """Print each deployment's admission phase as it changes, read from the event store."""
+    """Print each deployment's admission phase as it changes (from now on), read from the event
+    store."""
     phases: dict[str, str] = {}
-    position = 0
+    position = await store.run(store.store.last_position)  # from now: not the whole history
     while True:
         notes = await store.run(store.store.read, position, 1000)
         for note in notes:
@@ -328,6 +370,14 @@ def _stop_on_signals() -> asyncio.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+async def _api(args: argparse.Namespace) -> int:
+    stop = _stop_on_signals()
+    async with running_api(Settings.from_env()) as base:
+        print(f"wingsmith rest api: {base}/v1", flush=True)
+        await stop.wait()
+    return 0
 
 
 async def _projector(args: argparse.Namespace) -> int:
@@ -405,6 +455,17 @@ async def _inspect_dgd(args: argparse.Namespace) -> int:
 
 async def _sim_fault(args: argparse.Namespace) -> int:
     body = {"fault": args.fault, "node": args.node, "deployment_id": args.deployment}
+    if args.fault in {"run_model", "stop_model"}:
+        body |= {
+            "namespace": args.namespace,
+            "name": args.name,
+            "model": args.model,
+            "backend": args.backend,
+            "engine_version": args.engine_version,
+            "replicas": args.replicas,
+            "gpus": args.gpus,
+            "args": shlex.split(args.args),
+        }
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         reply = await nats_bus.request(nc, fault_subject(args.cluster_id), orjson.dumps(body), 5.0)
@@ -431,6 +492,17 @@ async def _cmd(args: argparse.Namespace) -> int:
         await nc.close()
     print(orjson.dumps(orjson.loads(reply), option=orjson.OPT_INDENT_2).decode())
     return 0 if orjson.loads(reply).get("ok") else 1
+
+
+async def _ping(args: argparse.Namespace) -> int:
+    """Any answer on a command subject (`ping` is unknown to it) shows the hub is serving."""
+    nc = await connect(Settings.from_env(), "wingsmith-ping")
+    try:
+        await nats_bus.request(nc, "wingsmith.cmd.ping", b"{}", args.timeout)
+    finally:
+        await nc.close()
+    print("the hub answers")
+    return 0
 
 
 async def _schema(args: argparse.Namespace) -> int:
@@ -665,35 +737,6 @@ async def _projector_reached(nc: nats_bus.Connection, position: int, timeout: fl
                 f"{position:,}; is it running? (waited {timeout:.0f}s)"
             )
         await asyncio.sleep(0.2)
-
-
-class Progress:
-    """A progress bar on stderr; a line per tenth when stderr is not a terminal."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total = label, max(total, 1)
-        self.started = time.monotonic()
-        self._tty = sys.stderr.isatty()
-        self._shown = -1
-
-    def update(self, done: int) -> None:
-        fraction = min(done / self.total, 1.0)
-        rate = done / max(time.monotonic() - self.started, 1e-9)
-        if self._tty:
-            bar = "#" * int(fraction * 30)
-            sys.stderr.write(
-                f"\r{self.label} [{bar:30}] {fraction:4.0%} {done:,}/{self.total:,} {rate:,.0f}/s"
-            )
-        elif int(fraction * 10) > self._shown:
-            self._shown = int(fraction * 10)
-            sys.stderr.write(
-                f"{self.label}: {fraction:.0%} ({done:,}/{self.total:,}, {rate:,.0f}/s)\n"
-            )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self._tty:
-            sys.stderr.write("\n")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,14 @@ class ChangeServingConfig(Command):
     serving: ServingConfig
 
 
+class DeleteWorkload(Command):
+    """Delete a workload and all its deployments: the operators take down what runs, and its
+    devices go to others. The id is not reused."""
+
+    subject = "workload.delete"
+    workload_id: Name
+
+
 class EnableDeployment(Command):
     """Let the operator reconcile this deployment again."""
 
@@ -296,6 +304,7 @@ COMMANDS: dict[str, type[Command]] = {
         CreateWorkload,
         ScaleWorkload,
         ChangeServingConfig,
+        DeleteWorkload,
         EnableDeployment,
         DisableDeployment,
         SetEngineArgs,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from adapters.nats_auth import Credentials, credentials_from_env
@@ -11,6 +11,30 @@ from adapters.nats_auth import Credentials, credentials_from_env
 
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+MIN_TOKEN = 16
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"WINGSMITH_API_LISTEN must be HOST:PORT, not {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
+    """`name:token,name:token`: each bearer token with the name it stands for."""
+    tokens: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in env.get(variable, "").split(","))):
+        name, _, token = entry.partition(":")
+        if not name or len(token) < MIN_TOKEN:
+            raise ValueError(
+                f"{variable}: each entry is NAME:TOKEN with a token of at least {MIN_TOKEN} "
+                f"characters ({name or entry[:8]!r} is not)"
+            )
+        tokens[token] = name
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -26,6 +50,9 @@ class Settings:
     stream_replicas: int = 1
     cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
+    api_listen: tuple[str, int] = ("127.0.0.1", 8080)
+    api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
+    api_read_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; only read
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -57,7 +84,20 @@ class Settings:
             stream_replicas=int(replicas),
             cluster_silence=cluster_silence,
             nats_credentials=credentials_from_env(env),
+            api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
+            api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),
+            api_read_tokens=_tokens(env, "WINGSMITH_API_READ_TOKENS"),
         )
+
+    @property
+    def api_token_file(self) -> Path:
+        """Where `wingsmith up` keeps the token it made when none is configured."""
+        return self.data_dir / "api.token"
+
+    @property
+    def api_url_file(self) -> Path:
+        """Where `wingsmith up` writes the API's URL for the CLI to find."""
+        return self.data_dir / "api.url"
 
     @property
     def url_file(self) -> Path:

@@ -65,8 +65,7 @@ def report_inventory(repo: Repository, cmd: c.ReportInventory, cause: Cause) -> 
 
 
 def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> dict[str, Any]:
-    if repo.get(Workload, cmd.workload_id) is not None:
-        raise AlreadyExists(f"workload {cmd.workload_id!r} already exists", field="workload_id")
+    _check_unused(repo, cmd.workload_id)
     _require(repo, Project, cmd.project, "project")
     for cluster in [cmd.cluster] if cmd.cluster is not None else cmd.clusters or ():
         _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
@@ -85,6 +84,19 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
     if cmd.cluster is not None:  # pinned: its one deployment exists from the start
         _add_deployment(repo, cause, workload, cmd.cluster, cmd.replicas, field="workload_id")
     return _workload_result(workload)
+
+
+def _check_unused(repo: Repository, workload_id: str) -> None:
+    """A deleted workload's history stays under its id, so the id is never given out again."""
+    workload = repo.get(Workload, workload_id)
+    if workload is None:
+        return
+    if workload.deleted:
+        raise AlreadyExists(
+            f"workload id {workload_id!r} belonged to a deleted workload; ids are not reused",
+            field="workload_id",
+        )
+    raise AlreadyExists(f"workload {workload_id!r} already exists", field="workload_id")
 
 
 def _add_deployment(
@@ -136,12 +148,23 @@ def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict
     return _workload_result(workload)
 
 
+def delete_workload(repo: Repository, cmd: c.DeleteWorkload, cause: Cause) -> dict[str, Any]:
+    """The workload and every deployment of it, in one command: either all are deleted or
+    none is."""
+    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload.delete(cause)
+    for key in workload.deployments.values():
+        _require(repo, Deployment, key, "workload_id").delete(cause)
+    return _workload_result(workload) | {"deleted": True}
+
+
 class StalePlacement(DomainError):
     code = "stale_placement"
 
 
 def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict[str, Any]:
     workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload.check_not_deleted()
     if (workload.replicas, workload.serving_digest) != (cmd.replicas, cmd.serving_digest):
         raise StalePlacement("the workload changed since placement looked", field="replicas")
     if not cmd.shares:
@@ -342,8 +365,7 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
         raise InvalidValue(
             f"{workload_id!r} is not a valid workload id: give workload_id", field="workload_id"
         )
-    if repo.get(Workload, workload_id) is not None:
-        raise AlreadyExists(f"workload {workload_id!r} already exists", field="workload_id")
+    _check_unused(repo, workload_id)
     _require(repo, Project, cmd.project, "project")
     cluster = _require(repo, Cluster, discovery.cluster_id, "discovery_id")
     serving = cmd.serving or _serving_of(discovery)
@@ -461,6 +483,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.CreateWorkload: create_workload,
     c.ScaleWorkload: scale_workload,
     c.ChangeServingConfig: change_serving_config,
+    c.DeleteWorkload: delete_workload,
     c.EnableDeployment: enable_deployment,
     c.DisableDeployment: disable_deployment,
     c.SetEngineArgs: set_engine_args,

@@ -46,8 +46,17 @@ def error_reply(code: str, message: str, **details: Any) -> bytes:
     return orjson.dumps({"ok": False, "error": error})
 
 
-def _ok_reply(result: dict[str, Any], duplicate: bool = False) -> bytes:
-    return orjson.dumps({"ok": True, "result": result} | ({"duplicate": True} if duplicate else {}))
+def _ok_reply(
+    result: dict[str, Any], *, duplicate: bool = False, position: int | None = None
+) -> bytes:
+    """`position`: where the command's last event is in the store (none when it recorded
+    none), so a reader of the views can wait until they reflect it."""
+    reply: dict[str, Any] = {"ok": True, "result": result}
+    if duplicate:
+        reply["duplicate"] = True
+    if position is not None:
+        reply["position"] = position
+    return orjson.dumps(reply)
 
 
 def _field(loc: Sequence[int | str]) -> str:
@@ -223,7 +232,7 @@ class UnitOfWork:
 
 @dataclass(slots=True)
 class Outcome:
-    reply: bytes
+    reply: bytes  # empty when handled: the reply is made once saved, with the position
     receipt: tuple[str, dict[str, Any]] | None = None  # (payload digest, result) to remember
     digest: str = ""  # of the command decided
 
@@ -250,7 +259,7 @@ class Executor:
             uow.discard()
             return self._one_by_one(batch)
         uow.committed()
-        return self._replies(batch, outcomes), notifications
+        return self._replies(batch, outcomes, notifications), notifications
 
     def _decide_once(
         self,
@@ -275,7 +284,13 @@ class Executor:
         outcome.digest = sub.digest
         return outcome
 
-    def _replies(self, batch: list[Submission], outcomes: list[Outcome | int]) -> list[bytes]:
+    def _replies(
+        self,
+        batch: list[Submission],
+        outcomes: list[Outcome | int],
+        saved: list[Notification],
+    ) -> list[bytes]:
+        positions = {(str(n.originator_id), n.originator_version): n.id for n in saved}
         replies: list[bytes] = []
         for sub, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, int):  # the same command_id earlier in this batch
@@ -283,6 +298,16 @@ class Executor:
                 continue
             if outcome.receipt:
                 self.receipts.put(sub.command.command_id, outcome.receipt)
+                result = outcome.receipt[1]
+                position = max(
+                    (
+                        positions[(f"{e['aggregate']}:{e['id']}", e["version"])]
+                        for e in result["events"]
+                    ),
+                    default=None,
+                )
+                replies.append(_ok_reply(result, position=position))
+                continue
             replies.append(outcome.reply)
         return replies
 
@@ -314,7 +339,7 @@ class Executor:
             cause, subject=sub.command.subject, payload_digest=sub.digest, result=result
         )
         uow.add(receipt)
-        return Outcome(_ok_reply(result), (sub.digest, result))
+        return Outcome(b"", (sub.digest, result))
 
     def _known(self, sub: Submission) -> bytes | None:
         remembered = self.receipts.get(sub.command.command_id)
@@ -351,7 +376,7 @@ class Executor:
                     replies.append(_UNAVAILABLE)
                     break
                 uow.committed()
-                replies += self._replies([sub], [outcome])
+                replies += self._replies([sub], [outcome], notifications)
                 break
             else:
                 replies.append(error_reply("conflict", "too many concurrent writers; retry"))

@@ -147,7 +147,11 @@ class HubProcess:
     def __init__(self, nats_url: str, data_dir: Path, extra_env: dict[str, str] | None = None):
         self.env = (
             os.environ
-            | {"WINGSMITH_NATS_URL": nats_url, "WINGSMITH_DATA_DIR": str(data_dir)}
+            | {
+                "WINGSMITH_NATS_URL": nats_url,
+                "WINGSMITH_DATA_DIR": str(data_dir),
+                "WINGSMITH_API_LISTEN": "127.0.0.1:0",  # any free port: tests run side by side
+            }
             | (extra_env or {})
         )
         self.process: subprocess.Popen[bytes] | None = None

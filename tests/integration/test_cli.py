@@ -33,7 +33,10 @@ def walkthrough() -> list[list[str]]:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("WINGSMITH_")}
-    return clean | {"WINGSMITH_DATA_DIR": str(tmp_path / "data")}
+    return clean | {
+        "WINGSMITH_DATA_DIR": str(tmp_path / "data"),
+        "WINGSMITH_API_LISTEN": "127.0.0.1:0",
+    }
 
 
 @pytest.fixture
@@ -85,7 +88,9 @@ def test_the_readme_walkthrough(hub: subprocess.Popen[str], env: dict[str, str])
         "AdmissionDecided",
     ]
 
-    refused = wingsmith(env, "cmd", "workload.scale", '{"workload_id": "llama-8b", "replicas": -1}')
+    refused = wingsmith(
+        env, "cmd", "workload.scale", '{"workload_id": "mistral-7b", "replicas": -1}'
+    )
     assert refused.returncode == 1
     assert json.loads(refused.stdout)["error"]["details"]["errors"][0]["field"] == "replicas"
 
@@ -96,8 +101,8 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     before = "2000-01-01T00:00:00Z"
 
     def health() -> dict[str, Any]:
-        done = wingsmith(env, "view", "deployment_health", "--key", "llama-8b--east", "--json")
-        return json.loads(done.stdout)["llama-8b--east"] if done.returncode == 0 else {}
+        done = wingsmith(env, "view", "deployment_health", "--key", "mistral-7b--lab", "--json")
+        return json.loads(done.stdout)["mistral-7b--lab"] if done.returncode == 0 else {}
 
     def granted() -> int:
         admission = health().get("admission", {})
@@ -109,14 +114,14 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
         time.sleep(0.2)
 
     now = wingsmith(env, "view", "capacity", "--as-of", "0s", "--json")
-    assert json.loads(now.stdout)["east.H100"]["total"] == 8
+    assert json.loads(now.stdout)["lab.H100"]["total"] == 8
     assert json.loads(wingsmith(env, "view", "capacity", "--as-of", before, "--json").stdout) == {}
     missing = wingsmith(env, "view", "capacity", "--key", "west.H100")
     assert missing.returncode == 1 and "no capacity view 'west.H100'" in missing.stderr
     bad = wingsmith(env, "view", "capacity", "--as-of", "yesterday")
     assert bad.returncode == 2 and "--as-of" in bad.stderr and "'yesterday'" in bad.stderr
 
-    history = wingsmith(env, "audit", "deployment:llama-8b--east").stdout.splitlines()
+    history = wingsmith(env, "audit", "deployment:mistral-7b--lab").stdout.splitlines()
     assert [line.split()[3] for line in history] == [
         "DeploymentCreated",
         "AdmissionDecided",
@@ -126,7 +131,7 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     assert "desired_replicas: 2 → 3" in history[2]
     assert "devices: 2 → 3" in history[3]
     scaled = json.loads(
-        wingsmith(env, "audit", "deployment:llama-8b--east", "--json").stdout.splitlines()[2]
+        wingsmith(env, "audit", "deployment:mistral-7b--lab", "--json").stdout.splitlines()[2]
     )
     chain = wingsmith(env, "audit", "--correlation", scaled["correlation_id"], "--json")
     assert [json.loads(line)["type"] for line in chain.stdout.splitlines()] == [
@@ -142,8 +147,8 @@ def test_views_audit_replay_and_watch(hub: subprocess.Popen[str], env: dict[str,
     assert "rebuilding: 100%" in replay.stderr
 
     for projection, key, check in (
-        ("workload_phase", "llama-8b", lambda view: view["phase"] == "admitted"),
-        ("render", "east.llama-8b--east", lambda view: view["replicas"] == 3),
+        ("workload_phase", "mistral-7b", lambda view: view["phase"] == "admitted"),
+        ("render", "lab.mistral-7b--lab", lambda view: view["replicas"] == 3),
     ):
         watch = subprocess.Popen(
             [*WINGSMITH, "watch", projection, "--json"], env=env, stdout=subprocess.PIPE, text=True

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import nats.errors
 import pytest
 import yaml
@@ -16,7 +18,7 @@ from adapters import nats_bus
 from adapters.nats_auth import Credentials
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.simulated import SimNode, SimulatedCluster
-from services.bootstrap import running_hub
+from services.bootstrap import running_api, running_hub
 from services.config import Settings
 from services.operator.runtime import OperatorOptions, run_operator
 
@@ -28,6 +30,7 @@ PASSWORDS = {
     "WINGSMITH_EAST_PASSWORD": "east-pw",
     "WINGSMITH_WEST_PASSWORD": "west-pw",
     "WINGSMITH_CLI_PASSWORD": "cli-pw",
+    "WINGSMITH_API_NATS_PASSWORD": "api-pw",
 }
 
 
@@ -90,6 +93,7 @@ async def test_the_compose_users_run_the_system_and_keep_operators_apart(
                     return [m async for m in stream] != []
 
                 await wait_for(running, 30, "the workload to run on east")
+                await the_api_serves_as_its_own_user(settings)
                 with pytest.raises(nats.errors.Error):
                     await nats_bus.publish_observation(
                         east, "west", "heartbeat", {"cluster_id": "west"}, "spoof"
@@ -100,3 +104,25 @@ async def test_the_compose_users_run_the_system_and_keep_operators_apart(
                     await operator
                 await east.close()
                 await cli.close()
+
+
+async def the_api_serves_as_its_own_user(hub: Settings) -> None:
+    """The REST API, logged in as `api`, reads the views and the history and sends commands."""
+    token = "compose-test-token-0123"
+    settings = replace(
+        hub,
+        nats_credentials=Credentials("api", "api-pw"),
+        api_listen=("127.0.0.1", 0),
+        api_tokens={token: "test"},
+    )
+    auth = {"Authorization": f"Bearer {token}"}
+    async with (
+        running_api(settings) as base,
+        httpx.AsyncClient(base_url=base, headers=auth, timeout=20) as http,
+    ):
+        assert (await http.get("/v1/deployments/chat")).json()["admission_phase"] == "running"
+        history = (await http.get("/v1/events", params={"aggregate": "workload:chat"})).json()
+        assert history["events"][0]["type"] == "WorkloadCreated"
+        scaled = await http.post("/v1/workloads/chat/scale", json={"replicas": 1})
+        assert scaled.status_code == 200, scaled.text
+        assert scaled.json()["replicas"] == 1

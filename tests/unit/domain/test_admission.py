@@ -426,3 +426,65 @@ def test_when_a_blocker_grows_beyond_its_cluster_those_behind_it_move_on() -> No
     assert verdict(fleet.event("DeploymentScaled", "b", desired_replicas=5)) == [
         ("c", True, 1, None)
     ]
+
+
+# -- deletion --------------------------------------------------------------------------------
+
+
+def test_a_deleted_deployments_grant_goes_to_the_oldest_waiting_one() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 4)
+    fleet.deployment("b", 2)  # waits for capacity
+    assert verdict(fleet.event("DeploymentDeleted", "a")) == [("b", True, 2, None)]
+    assert fleet.ledger.decide("a") is None
+    assert fleet.inventory("east", 8) == []  # room again: still nothing for the deleted one
+
+
+def test_what_a_deleted_deployments_replicas_hold_stays_counted_until_they_terminate() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 2)
+    fleet.replica("r0", "a", 1)
+    fleet.replica("r1", "a", 1)
+    fleet.deployment("b", 3)  # 2 of 4 free: it waits
+    assert fleet.event("DeploymentDeleted", "a") == []  # its pods still hold 2
+    assert verdict(fleet.event("ReplicaTerminated", "r0")) == [("b", True, 3, None)]
+    assert fleet.ledger.held_in_cluster[("east", "H100")] == 4
+
+
+def test_a_deleted_deployment_no_longer_holds_back_those_behind_it() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 5)
+    fleet.deployment("a", 4)
+    fleet.deployment("big", 3)  # waits for capacity
+    fleet.deployment("small", 1)  # would fit, but waits its turn behind big
+    assert verdict(fleet.event("DeploymentDeleted", "big")) == [("small", True, 1, None)]
+
+
+def test_a_deleted_workload_is_never_placed_again() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.workload("llm", 2)  # nowhere to go yet: placement tries again when a cluster appears
+    fleet.event("WorkloadDeleted", "llm")
+    assert fleet.inventory("east", 4) == []
+    assert [p.shares for p in fleet.placed] == [{}]
+    assert "llm" not in fleet.ledger.workloads
+
+
+def test_a_deleted_workloads_deployments_go_with_it_none_taking_what_another_released() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 4)
+    fleet.inventory("east", 4)
+    fleet.inventory("west", 2)
+    assert verdict(fleet.workload("llm", 6)) == [
+        ("llm--east", True, 4, None),
+        ("llm--west", False, 0, "insufficient_quota"),
+    ]
+    assert fleet.event("WorkloadDeleted", "llm") == []  # then each DeploymentDeleted:
+    assert fleet.event("DeploymentDeleted", "llm--east") == []
+    assert fleet.event("DeploymentDeleted", "llm--west") == []
+    assert fleet.ledger.held_by_project[("p", "H100")] == 0

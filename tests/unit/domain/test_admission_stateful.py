@@ -3,7 +3,8 @@ event, the ledger folds them and decides, and each decision goes back through th
 (placements through the hub's own handler). No grant ever exceeds the cluster's devices or the
 project's quota left by everything else, counted here from the aggregates themselves, through
 scaling, rollouts and reverts; the ledger's sums and phases always equal that recount, and a
-placed workload's shares always add up to its replicas."""
+placed workload's shares always add up to its replicas. Deleting gives a deployment's grant back
+at once; what its replicas hold stays counted until they terminate."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from domain.deployment import AdmissionReason, Authority, Deployment
 from domain.project import Project
 from domain.replica import Replica
 from domain.workload import Workload
-from services.commands import PlaceWorkload
-from services.handlers import place_workload
+from services.commands import DeleteWorkload, PlaceWorkload
+from services.handlers import delete_workload, place_workload
 
 from .conftest import cluster, plane, serving
 
@@ -123,6 +124,12 @@ class AdmissionMachine(RuleBasedStateMachine):
     def held(self, d: Deployment) -> int:
         return max(d.granted_devices, self.allocated(d))
 
+    def live_workloads(self) -> list[Workload]:
+        return [w for w in self.workloads.values() if not w.deleted]
+
+    def live_deployments(self) -> list[Deployment]:
+        return [d for d in self.deployments if not d.deleted]
+
     # -- what people and clusters do --------------------------------------------------------
 
     @rule(
@@ -160,36 +167,55 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.workloads[w.key] = w
         self.feed(w)
 
-    @precondition(lambda self: self.workloads)
+    @precondition(lambda self: self.live_workloads())
     @rule(i=st.integers(0, 50), replicas=st.integers(0, 8))
     def scale_workload(self, i: int, replicas: int) -> None:
-        w = list(self.workloads.values())[i % len(self.workloads)]
+        live = self.live_workloads()
+        w = live[i % len(live)]
         w.scale(plane(), replicas)
         self.feed(w)
 
-    @precondition(lambda self: self.deployments)
+    @precondition(lambda self: self.live_deployments())
+    @rule(i=st.integers(0, 50))
+    def delete(self, i: int) -> None:
+        """A workload placement made goes through the hub's handler, with all its
+        deployments; one made here as a bare deployment goes alone."""
+        live = self.live_deployments()
+        d = live[i % len(live)]
+        if d.workload_id in self.workloads:
+            w = self.workloads[d.workload_id]
+            delete_workload(self, DeleteWorkload(command_id="c", workload_id=w.key), plane())
+            self.feed(w, *self.deployments)
+        else:
+            d.delete(plane())
+            self.feed(d)
+
+    @precondition(lambda self: self.live_deployments())
     @rule(i=st.integers(0, 50), version=st.sampled_from(["0.9.2", "1.0.0"]))
     def roll_out(self, i: int, version: str) -> None:
         """A new serving configuration, or back to the previous one (a revert)."""
-        d = self.deployments[i % len(self.deployments)]
+        live = self.live_deployments()
+        d = live[i % len(live)]
         per = d.serving.devices_per_replica
         new = serving(devices_per_replica=per, parallelism={"tensor": per}, engine_version=version)
         d.change_serving_config(plane(), new)
         self.feed(d)
 
-    @precondition(lambda self: self.deployments)
+    @precondition(lambda self: self.live_deployments())
     @rule(i=st.integers(0, 50), replicas=st.integers(0, 5))
     def scale(self, i: int, replicas: int) -> None:
-        d = self.deployments[i % len(self.deployments)]
+        live = self.live_deployments()
+        d = live[i % len(live)]
         if d.workload_id in self.workloads:
             return  # placement scales these, with their workload
         d.scale(plane(), replicas)
         self.feed(d)
 
-    @precondition(lambda self: self.deployments)
+    @precondition(lambda self: self.live_deployments())
     @rule(i=st.integers(0, 50), on=st.booleans())
     def toggle(self, i: int, on: bool) -> None:
-        d = self.deployments[i % len(self.deployments)]
+        live = self.live_deployments()
+        d = live[i % len(live)]
         d.enable(plane()) if on else d.disable(plane())
         self.feed(d)
 
@@ -269,9 +295,21 @@ class AdmissionMachine(RuleBasedStateMachine):
     def placed_shares_add_up(self) -> None:
         if not hasattr(self, "ledger"):
             return
-        for w in self.workloads.values():
+        for w in self.live_workloads():
             shares = [d.desired_replicas for d in self.deployments if d.workload_id == w.key]
             assert sum(shares) == w.replicas or (not shares and w.unplaced), w.key
+
+    @invariant()
+    def a_deleted_deployment_holds_only_what_its_replicas_do(self) -> None:
+        if not hasattr(self, "ledger"):
+            return
+        for d in self.deployments:
+            if d.deleted:
+                slot = self.ledger.deployments[d.key]
+                assert (slot.granted, slot.held, slot.wanted) == (0, self.allocated(d), 0)
+                assert self.ledger.decide(d.key) is None
+                queues = [*self.ledger.waiting_in.values(), *self.ledger.waiting_for.values()]
+                assert all(d.key not in queue for queue in queues)
 
     def could_fit(self, slot: Any, reason: str) -> bool:
         """Waits for `reason` and could be admitted once others release, counted from the

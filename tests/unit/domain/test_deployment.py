@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import IllegalTransition, InvalidValue, WrongWriter
+from domain.base import IllegalTransition, InvalidValue, NotFound, WrongWriter
 from domain.deployment import (
     AdmissionPhase,
     AdmissionReason,
@@ -187,3 +187,64 @@ def test_admission_decisions_name_a_reason_only_when_pending() -> None:
     admit(d)
     admit(d)  # deciding the same again is no transition and no event
     assert recorded(d) == ["AdmissionDecided"]
+
+
+def deleted() -> Deployment:
+    d = managed()
+    d.decide_admission(plane(), admitted=True, reason=None, evidence={}, devices=8)
+    d.mark_placed(cluster())
+    d.delete(plane())
+    assert recorded(d)[-1] == "DeploymentDeleted"
+    return d
+
+
+def test_deleting_releases_the_grant_and_keeps_the_phase() -> None:
+    d = deleted()
+    assert d.deleted and d.granted_devices == 0
+    assert d.admission_phase is AdmissionPhase.PLACED
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    [
+        ("scale", (2,), {}),  # even what would change nothing
+        ("enable", (), {}),
+        ("disable", (), {}),
+        ("set_engine_args", (("--x",),), {}),
+        ("change_serving_config", (serving(engine_version="0.10.0"),), {}),
+        ("promote_authority", (), {}),
+        ("decide_admission", (), {"admitted": True, "reason": None, "evidence": {}}),
+        ("delete", (), {}),
+    ],
+)
+def test_a_deleted_deployment_refuses_the_plane(
+    method: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    d = deleted()
+    with pytest.raises(NotFound) as refused:
+        getattr(d, method)(plane(), *args, **kwargs)
+    assert (refused.value.field, refused.value.message) == (
+        "deployment_id",
+        "deployment 'llama--east' was deleted",
+    )
+    assert recorded(d) == []
+
+
+def test_a_deleted_deployment_records_what_its_cluster_reports_without_moving_its_phase() -> None:
+    d = deleted()
+    d.mark_running(cluster())
+    d.mark_failed(cluster(), "Evicted", "node drained")
+    going = DeploymentStatus(phase=ClusterPhase.PROGRESSING, ready_replicas=0, desired_replicas=0)
+    d.observe_status(cluster(), going)
+    d.observe_live_digests(cluster(), {"svg_a": 1})
+    d.record_operator_action(
+        cluster(), verb="delete", target="ns/llama", performed=True, reason="removed"
+    )
+    assert recorded(d) == ["StatusObserved", "LiveDigestsObserved", "OperatorActed"]
+    assert d.admission_phase is AdmissionPhase.PLACED and d.status == going
+
+
+def test_only_the_plane_deletes() -> None:
+    d = managed()
+    with pytest.raises(WrongWriter):
+        d.delete(cluster())

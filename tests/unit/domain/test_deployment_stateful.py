@@ -1,5 +1,6 @@
 """Random command sequences on a Deployment keep every invariant, and the events stored in a
-real SQLite event store replay into an equal aggregate."""
+real SQLite event store replay into an equal aggregate. Once deleted, it records only what its
+cluster reports."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from domain.deployment import (
     Authority,
     ClusterPhase,
     Deployment,
+    DeploymentDeleted,
     DeploymentStatus,
     ImportedArgsObserved,
+    LiveDigestsObserved,
     ServingConfigChanged,
     StatusObserved,
 )
@@ -65,6 +68,7 @@ class DeploymentMachine(RuleBasedStateMachine):
             "imported_args": tuple(imported) if observed else None,
             "serving_digest": SERVINGS[0].digest(),
             "authority": Authority.OBSERVED if observed else Authority.MANAGED,
+            "deleted": False,
         }
 
     def _attempt(self, method: str, *args: Any, **kwargs: Any) -> bool:
@@ -108,7 +112,7 @@ class DeploymentMachine(RuleBasedStateMachine):
     def promote(self, force: bool) -> None:
         m = self.model
         drift = m["imported_args"] is not None and m["imported_args"] != m["engine_args"]
-        expected = m["authority"] is Authority.MANAGED or force or not drift
+        expected = not m["deleted"] and (m["authority"] is Authority.MANAGED or force or not drift)
         assert self._attempt("promote_authority", plane(), force=force) == expected
         m["authority"] = Authority.MANAGED if expected else m["authority"]
 
@@ -137,6 +141,11 @@ class DeploymentMachine(RuleBasedStateMachine):
     def observe_imported(self, args: list[str]) -> None:
         if self._attempt("observe_imported_args", cluster(), tuple(args)):
             self.model["imported_args"] = tuple(args)
+
+    @rule()
+    def delete(self) -> None:
+        assert self._attempt("delete", plane()) != self.model["deleted"]
+        self.model["deleted"] = True
 
     @rule(wrong=st.sampled_from(["scale", "observe_status"]))
     def wrong_writer(self, wrong: str) -> None:
@@ -185,6 +194,15 @@ class DeploymentMachine(RuleBasedStateMachine):
         managed_from_birth = self.history[0].authority is Authority.MANAGED  # type: ignore[attr-defined]
         if managed_from_birth and not self._of(ImportedArgsObserved):
             assert self.d.imported_args is None
+
+    @invariant()
+    def once_deleted_only_the_cluster_writes_and_nothing_is_granted(self) -> None:
+        deleted = self._of(DeploymentDeleted)
+        if deleted:
+            since = self.history[self.history.index(deleted[0]) + 1 :]
+            reports = (StatusObserved, LiveDigestsObserved, ImportedArgsObserved)
+            assert all(isinstance(e, reports) for e in since), since
+            assert self.d.granted_devices == 0
 
     @invariant()
     def replaying_the_store_rebuilds_the_aggregate(self) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import InvalidValue
+from domain.base import InvalidValue, NotFound
 from domain.workload import Workload
 
 from .conftest import plane, recorded, serving
@@ -46,3 +46,25 @@ def test_a_cluster_holds_one_deployment_of_a_workload() -> None:
     workload.attach_deployment(plane(), "east", "llama--east")
     with pytest.raises(InvalidValue):
         workload.attach_deployment(plane(), "east", "llama--east")
+
+
+def test_a_deleted_workload_refuses_every_further_command() -> None:
+    workload = _workload()
+    recorded(workload)
+    workload.delete(plane())
+    assert recorded(workload) == ["WorkloadDeleted"]
+    assert workload.deleted
+    for attempt in (
+        lambda: workload.scale(plane(), 4),  # even one that would change nothing
+        lambda: workload.change_serving_config(plane(), serving()),
+        lambda: workload.attach_deployment(plane(), "east", "llama--east"),
+        lambda: workload.defer_placement(plane(), "nowhere"),
+        lambda: workload.delete(plane()),
+    ):
+        with pytest.raises(NotFound) as refused:
+            attempt()
+        assert (refused.value.field, refused.value.message) == (
+            "workload_id",
+            "workload 'llama' was deleted",
+        )
+    assert recorded(workload) == []

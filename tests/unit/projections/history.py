@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from domain.base import Aggregate, Cause, DomainError, Event, Writer, split_id
-from domain.cluster import Cluster, Node
+from domain.cluster import Cluster, Node, OperatorInfo
 from domain.deployment import AdmissionReason, Deployment
 from domain.project import Project
 from domain.replica import Replica
@@ -33,6 +33,7 @@ class Fleet:
 
     def __init__(self) -> None:
         self.envelopes: list[dict[str, Any]] = []
+        self.workloads: dict[str, Workload] = {}
         self.deployments: dict[str, Deployment] = {}
         self.replicas: dict[str, Replica] = {}
         self.clusters: dict[str, Cluster] = {}
@@ -55,33 +56,72 @@ class Fleet:
         try:
             getattr(self, op[0])(*op[1:])
         except (DomainError, KeyError, IndexError, ZeroDivisionError):
-            for aggregate in [*self.deployments.values(), *self.replicas.values()]:
+            aggregates = [*self.workloads.values(), *self.deployments.values()]
+            for aggregate in [*aggregates, *self.replicas.values()]:
                 aggregate.collect_events()  # a refused operation recorded nothing anyway
 
     def create(self, i: int, cluster: str, dc: str, replicas: int, per_replica: int) -> None:
+        """A deployment of workload `w<i>` on the cluster; the workload is created first if
+        it is new (then it serves as it says), and a deleted one takes no more."""
         workload_id = f"w{i}"
-        if Deployment.key_for(workload_id, cluster) in self.deployments:
+        workload = self.workloads.get(workload_id)
+        if workload is None:
+            workload = self.workloads[workload_id] = Workload.create(
+                PLANE,
+                workload_id,
+                project="p",
+                device_class=dc,
+                serving=serving(per_replica),
+                replicas=replicas,
+                cluster_pin=None,
+            )
+            self._keep(workload)
+        if workload.deleted or cluster in workload.deployments:
             return
-        workload = Workload.create(
-            PLANE,
-            workload_id,
-            project="p",
-            device_class=dc,
-            serving=serving(per_replica),
-            replicas=replicas,
-            cluster_pin=cluster,
-        )
         d = Deployment.create(
             PLANE,
             workload_id=workload_id,
             cluster_id=cluster,
             project="p",
-            device_class=dc,
-            serving=serving(per_replica),
+            device_class=workload.device_class,
+            serving=workload.serving,
             desired_replicas=replicas,
         )
-        self._keep(workload, d)
+        self._keep(d)
+        workload.attach_deployment(PLANE, cluster, d.key)
+        self._keep(workload)
         self.deployments[d.key] = d
+
+    def _workload(self, i: int) -> Workload:
+        return list(self.workloads.values())[i % len(self.workloads)]
+
+    def rescale(self, i: int, n: int) -> None:
+        workload = self._workload(i)
+        workload.scale(PLANE, n)
+        self._keep(workload)
+
+    def defer(self, i: int, message: str) -> None:
+        workload = self._workload(i)
+        workload.defer_placement(PLANE, message)
+        self._keep(workload)
+
+    def delete(self, i: int) -> None:
+        """As the hub's handler does: the workload, then each of its deployments."""
+        workload = self._workload(i)
+        workload.delete(PLANE)
+        deployments = [self.deployments[key] for key in workload.deployments.values()]
+        for d in deployments:
+            d.delete(PLANE)
+        self._keep(workload, *deployments)
+
+    def reach(self, cluster: str, reachable: bool) -> None:
+        self.clusters[cluster].set_reachable(PLANE, reachable)
+        self._keep(self.clusters[cluster])
+
+    def hear(self, cluster: str, instance: str) -> None:
+        operator = OperatorInfo(instance=instance, version="1.0", read_only=False)
+        self.clusters[cluster].hear_operator(CLUSTER, operator)
+        self._keep(self.clusters[cluster])
 
     def regroup(self, cluster: str, domain: str | None) -> None:
         """Report the cluster's inventory with its nodes in another topology domain."""
@@ -189,6 +229,11 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("ready"), i, st.booleans()),
     st.tuples(st.just("terminate"), i),
     st.tuples(st.just("regroup"), st.sampled_from(CLUSTERS), st.sampled_from(["a", "b", None])),
+    st.tuples(st.just("rescale"), i, st.integers(0, 6)),
+    st.tuples(st.just("defer"), i, st.sampled_from(["no room", "no cluster"])),
+    st.tuples(st.just("delete"), i),
+    st.tuples(st.just("reach"), st.sampled_from(CLUSTERS), st.booleans()),
+    st.tuples(st.just("hear"), st.sampled_from(CLUSTERS), st.sampled_from(["op-1", "op-2"])),
 )
 
 

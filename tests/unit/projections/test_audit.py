@@ -39,3 +39,11 @@ def test_each_entry_names_the_fields_it_changed() -> None:
     assert serving.changes == {"serving.devices": Change(1, 2)}
     assert serving.as_dict()["changes"] == {"serving.devices": {"before": 1, "after": 2}}
     assert (serving.command_id, serving.correlation_id) == ("c3", "corr")
+
+
+def test_a_deletion_is_an_entry_that_changes_no_field() -> None:
+    timeline = Timeline()
+    timeline.apply(envelope(1, "DeploymentScaled", desired_replicas=4))
+    deleted = timeline.apply(envelope(2, "DeploymentDeleted"))
+    assert deleted is not None
+    assert (deleted.type, deleted.changes, deleted.version) == ("DeploymentDeleted", {}, 2)

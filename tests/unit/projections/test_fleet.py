@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from projections.base import Fold
 from projections.fleet import (
+    PROJECTIONS,
+    Allocations,
     Capacity,
     DeploymentHealth,
     Discovered,
@@ -128,3 +131,43 @@ def test_ignored_discoveries_leave_the_default_list() -> None:
     assert isinstance(discovered, Discovered)
     assert [v["name"] for v in discovered.listed()] == ["qwen"]
     assert len(discovered.listed(include_ignored=True)) == 2
+
+
+def test_deleting_removes_the_views_and_releases_the_grant_but_not_what_replicas_hold() -> None:
+    fleet = fleet_with_one_deployment()
+    fleet.run(("admit", 0, True))  # 8 granted
+    fleet.run(("start", 0))  # one replica holds 4 of them
+    fleet.run(("delete", 0))
+    capacity = fold(Capacity, fleet.envelopes).views["east.H100"]
+    assert (capacity["allocated"], capacity["reserved"], capacity["free"]) == (4, 0, 12)
+    assert fold(QuotaUse, fleet.envelopes).views["p.H100"]["used"] == 4
+    assert list(fold(Allocations, fleet.envelopes).views) == ["w1--east--pod-0"]
+    assert fold(WorkloadPhase, fleet.envelopes).views == {}
+    assert fold(DeploymentHealth, fleet.envelopes).views == {}
+    fleet.run(("terminate", 0))  # the cluster takes its pod down
+    capacity = fold(Capacity, fleet.envelopes).views["east.H100"]
+    assert (capacity["allocated"], capacity["reserved"], capacity["free"]) == (0, 0, 16)
+    assert fold(QuotaUse, fleet.envelopes).views["p.H100"]["used"] == 0
+    assert fold(Allocations, fleet.envelopes).views == {}
+
+
+def test_a_deletion_publishes_the_removal_of_each_view() -> None:
+    fleet = fleet_with_one_deployment()
+    fleet.run(("admit", 0, True))
+    before = len(fleet.envelopes)
+    fleet.run(("delete", 0))
+    target = Fold(kind() for kind in PROJECTIONS)
+    for e in fleet.envelopes[:before]:
+        target.apply_envelope(e)
+    removed = sorted(
+        (p.name, key)
+        for e in fleet.envelopes[before:]
+        for p, key in target.apply_envelope(e)
+        if p.view(key) is None
+    )
+    assert removed == [
+        ("deployment_health", "w1--east"),
+        ("render", "east.w1--east"),
+        ("workload_phase", "w1"),
+        ("workloads", "w1"),
+    ]

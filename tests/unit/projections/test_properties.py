@@ -9,7 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.base import Fold, Projection
-from projections.fleet import PROJECTIONS, Allocations, Capacity, QuotaUse
+from projections.fleet import (
+    PROJECTIONS,
+    Allocations,
+    Capacity,
+    Clusters,
+    DeploymentHealth,
+    QuotaUse,
+    WorkloadPhase,
+    Workloads,
+)
+from projections.render import Render
 
 from .history import Fleet, histories
 
@@ -89,3 +99,50 @@ def test_each_live_replica_sits_in_its_nodes_latest_topology_domain(fleet: Fleet
         cluster = fleet.clusters[fleet.deployments[replica.deployment_id].cluster_id]
         [node] = [n for n in cluster.nodes if n.node_id == replica.node_id]
         assert allocations.views[key]["topology_domain"] == node.topology_domain
+
+
+def _allocated(fleet: Fleet, deployment_id: str) -> int:
+    live = (r for r in fleet.replicas.values() if r.deployment_id == deployment_id)
+    return sum(len(r.device_ids) for r in live if not r.terminated)
+
+
+@given(histories())
+def test_reserved_devices_are_grants_the_replicas_do_not_hold_yet(fleet: Fleet) -> None:
+    """Counted from the aggregates: a failed or deleted deployment has no grant."""
+    capacity = fold(Capacity, fleet.envelopes)
+    reserved: dict[str, int] = {}
+    for d in fleet.deployments.values():
+        key = f"{d.cluster_id}.{d.device_class}"
+        unheld = max(d.granted_devices - _allocated(fleet, d.key), 0)
+        reserved[key] = reserved.get(key, 0) + unheld
+    for key, row in capacity.views.items():
+        assert row["reserved"] == reserved.get(key, 0), key
+
+
+@given(histories())
+def test_deleted_workloads_and_deployments_leave_no_views(fleet: Fleet) -> None:
+    workloads = {k for k, w in fleet.workloads.items() if not w.deleted}
+    deployments = {k for k, d in fleet.deployments.items() if not d.deleted}
+    assert fold(Workloads, fleet.envelopes).views.keys() == workloads
+    assert fold(WorkloadPhase, fleet.envelopes).views.keys() == workloads
+    assert fold(DeploymentHealth, fleet.envelopes).views.keys() == deployments
+    rendered = {v["deployment_id"] for v in fold(Render, fleet.envelopes).views.values()}
+    assert rendered <= deployments
+
+
+@given(histories())
+def test_workload_and_cluster_views_say_what_their_aggregates_do(fleet: Fleet) -> None:
+    views = fold(Workloads, fleet.envelopes).views
+    for key, view in views.items():
+        w = fleet.workloads[key]
+        assert (view["replicas"], view["serving_digest"], view["unplaced"]) == (
+            w.replicas,
+            w.serving_digest,
+            w.unplaced,
+        )
+        assert view["deployments"] == w.deployments
+    for key, view in fold(Clusters, fleet.envelopes).views.items():
+        c = fleet.clusters[key]
+        operator = None if c.operator is None else c.operator.model_dump(mode="json")
+        assert (view["reachable"], view["operator"]) == (c.reachable, operator)
+        assert (view["nodes"], view["devices"]) == (len(c.nodes), c.devices())

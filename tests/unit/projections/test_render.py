@@ -126,3 +126,19 @@ def test_a_failure_the_cluster_reports_renders_zero_replicas_until_admitted_agai
     )
     given.admit(6)
     assert given.render.views[KEY]["replicas"] == 3
+
+
+def test_deleting_publishes_a_removal() -> None:
+    given = Given()
+    given.admit(6)
+    given.d.delete(PLANE)
+    given.flush()
+    assert given.published == [given.published[0], None]  # the operator deletes its object
+    assert given.render.views == {} and given.render.desired == {}
+
+
+def test_deleting_what_was_never_rendered_publishes_nothing() -> None:
+    given = Given()
+    given.d.delete(PLANE)
+    given.flush()
+    assert given.published == [] and given.render.views == {}

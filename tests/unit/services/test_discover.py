@@ -143,9 +143,7 @@ def test_a_resighting_after_promotion_updates_imported_args_and_drift_blocks_pro
     observe_discovery(repo, observe(changed, 1), cluster())
     deployment = repo.get(Deployment, "qwen--east")
     assert deployment.imported_args[-2:] == ("--max-num-seqs", "64")
-    command = c.PromoteAuthority(
-        command_id="p", deployment_id="qwen--east", authority="managed"
-    )
+    command = c.PromoteAuthority(command_id="p", deployment_id="qwen--east", authority="managed")
     with pytest.raises(AuthorityDrift):
         promote_authority(repo, command, plane())
 

@@ -1,0 +1,505 @@
+"""`wingsmith workloads|deployments|discovered|projects|clusters …`: the REST API from the shell.
+
+Each command is one API call (two for `serving` flags, which change the current config), printed
+as a table, as `key: value` lines for one resource, or as the API's JSON with `--json`. `--wait`
+follows a workload with a progress bar until its replicas are ready (or it is gone). The API is
+found at WINGSMITH_API_URL (else where `wingsmith up` wrote it, else http://127.0.0.1:8080) and
+the token in WINGSMITH_API_TOKEN (else the one `wingsmith up` keeps in the data directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+from services.config import Settings
+from services.terminal import Progress, table
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+REQUIRED = (
+    "workload_id",
+    "project",
+    "device_class",
+    "replicas",
+    "model",
+    "backend",
+    "engine_version",
+    "devices_per_replica",
+)
+Run = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+class ApiClient:
+    def __init__(self, base_url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url
+        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> ApiClient:
+        env = dict(os.environ) if env is None else env
+        settings = Settings.from_env(env)
+        url = env.get("WINGSMITH_API_URL") or _read(settings.api_url_file) or DEFAULT_URL
+        token = env.get("WINGSMITH_API_TOKEN") or _read(settings.api_token_file)
+        return cls(url.rstrip("/"), token)
+
+    async def call(
+        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """The response's JSON; a problem (or no answer) raises RuntimeError saying what."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = await self._http.request(method, path, json=body, params=query)
+        except httpx.HTTPError as e:
+            raise RuntimeError(f"cannot reach the API at {self.base_url}: {e}") from None
+        if response.status_code >= 400:
+            raise RuntimeError(_problem(response))
+        return response.json()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _problem(response: httpx.Response) -> str:
+    try:
+        problem = response.json()
+        where = f" ({problem['field']})" if problem.get("field") else ""
+        text = f"{response.status_code} {problem['code']}{where}: {problem['detail']}"
+        if problem.get("candidates"):
+            text += f"; candidates: {', '.join(problem['candidates'])}"
+        return text
+    except (ValueError, KeyError, TypeError):
+        return f"{response.status_code}: {response.text[:500]}"
+
+
+def _command(run: Callable[[ApiClient, argparse.Namespace], Coroutine[Any, Any, Any]]) -> Run:
+    """A subcommand: open a client, run, print the result (a table, a resource, or JSON)."""
+
+    async def command(args: argparse.Namespace) -> int:
+        api = ApiClient.from_env()
+        try:
+            shown = await run(api, args)
+        finally:
+            await api.close()
+        if shown is not None:
+            print(shown)
+        return 0
+
+    return command
+
+
+def _out(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() if args.json else text(data)
+
+
+def _fields(resource: dict[str, Any], prefix: str = "") -> str:
+    """One resource as `key: value` lines: nested objects indented, lists of objects as a
+    table."""
+    lines = []
+    for key, value in resource.items():
+        if isinstance(value, dict) and value:
+            lines += [f"{prefix}{key}:", _fields(value, prefix + "  ")]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            rows = [[_cell(v.get(column)) for column in value[0]] for v in value]
+            shown = table([c.upper() for c in value[0]], rows)
+            lines += [f"{prefix}{key}:", *(f"{prefix}  {line}" for line in shown.splitlines())]
+        else:
+            lines.append(f"{prefix}{key}: {_cell(value)}")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+# Workloads
+
+
+def _workload_table(found: dict[str, Any]) -> str:
+    rows = [
+        (
+            w["workload_id"],
+            w["project"],
+            w["device_class"],
+            w["replicas"],
+            sum(d["ready_replicas"] or 0 for d in w["deployments"]),
+            w["phase"],
+            ", ".join(f"{d['cluster_id']}:{d['admission_phase']}" for d in w["deployments"])
+            or w["unplaced"],
+        )
+        for w in found["workloads"]
+    ]
+    headers = ("WORKLOAD", "PROJECT", "CLASS", "REPLICAS", "READY", "PHASE", "DEPLOYMENTS")
+    return table(headers, rows)
+
+
+async def _list_workloads(api: ApiClient, args: argparse.Namespace) -> str:
+    found = await api.call("GET", "/v1/workloads", params={"project": args.project})
+    return _out(args, found, _workload_table)
+
+
+async def _get(api: ApiClient, args: argparse.Namespace) -> str:
+    return _out(args, await api.call("GET", f"{args.collection}/{args.ref}"), _fields)
+
+
+def _serving_from(args: argparse.Namespace, current: dict[str, Any] | None = None) -> Any:
+    """The serving config from a file, or the flags given over `current` (or nothing)."""
+    if args.file:
+        return _load(args.file)
+    serving = dict(current or {})
+    for flag in SERVING_FLAGS:
+        if getattr(args, flag) is not None:
+            serving[flag] = getattr(args, flag)
+    if args.tensor is not None:
+        serving["parallelism"] = dict(serving.get("parallelism") or {}) | {"tensor": args.tensor}
+    return serving
+
+
+SERVING_FLAGS = (
+    "model",
+    "backend",
+    "engine_version",
+    "image",
+    "mode",
+    "devices_per_replica",
+    "context_length",
+)
+
+
+def _load(path: str) -> Any:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        return yaml.safe_load(text)  # JSON is YAML too
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: neither JSON nor YAML: {e}") from None
+
+
+async def _create_workload(api: ApiClient, args: argparse.Namespace) -> str | None:
+    """From --file (the whole request), or from the flags."""
+    if args.file:
+        body = _load(args.file)
+    else:
+        missing = [f for f in REQUIRED if getattr(args, f) is None]
+        if missing:
+            flags = ", ".join(
+                "NAME" if f == "workload_id" else "--" + f.replace("_", "-") for f in missing
+            )
+            raise ValueError(f"give --file, or {flags}")
+        body = {
+            "workload_id": args.workload_id,
+            "project": args.project,
+            "device_class": args.device_class,
+            "replicas": args.replicas,
+            "serving": _serving_from(args),
+        }
+        if args.cluster:
+            body["cluster"] = args.cluster
+    created = await api.call("POST", "/v1/workloads", body)
+    return await _then_wait(api, args, created)
+
+
+async def _scale(api: ApiClient, args: argparse.Namespace) -> str | None:
+    path = f"/v1/workloads/{args.ref}/scale"
+    scaled = await api.call("POST", path, {"replicas": args.replicas})
+    return await _then_wait(api, args, scaled)
+
+
+async def _serving(api: ApiClient, args: argparse.Namespace) -> str | None:
+    current = await api.call("GET", f"/v1/workloads/{args.ref}")
+    serving = _serving_from(args, current["serving"])
+    changed = await api.call("PUT", f"/v1/workloads/{args.ref}/serving", {"serving": serving})
+    return await _then_wait(api, args, changed)
+
+
+async def _delete(api: ApiClient, args: argparse.Namespace) -> str | None:
+    deleted = await api.call("DELETE", f"/v1/workloads/{args.ref}")
+    return _out(
+        args, deleted, lambda d: f"deleted {d['workload_id']}: {', '.join(d['deployments'])}"
+    )
+
+
+async def _then_wait(api: ApiClient, args: argparse.Namespace, workload: dict[str, Any]) -> str:
+    key = workload.get("workload_id") or workload["result"]["workload_id"]
+    if args.wait:
+        workload = await wait_until_ready(api, key, args.timeout)
+    return _out(args, workload, _fields) if "phase" in workload else _fields(workload)
+
+
+async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str, Any]:
+    """Follow the workload until as many replicas as it asks for are ready on the serving config
+    it now has; a bar shows them, with each deployment's phase (and why it waits)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    bar: Progress | None = None
+    while True:
+        workload = await api.call("GET", f"/v1/workloads/{key}")
+        wanted, digest = workload["replicas"], workload["serving_digest"]
+        ready = sum(d["live_digests"].get(digest, 0) for d in workload["deployments"])
+        note = ", ".join(map(_phase, workload["deployments"]))
+        note = note or workload["unplaced"] or workload["phase"]
+        bar = bar or Progress(key, wanted)
+        bar.total = max(wanted, 1)
+        bar.update(ready, note)
+        done = workload["phase"] == "running" and ready >= wanted
+        if done or workload["phase"] == "failed" or loop.time() > deadline:
+            bar.close()
+            if done:
+                return dict(workload)
+            state = "failed" if workload["phase"] == "failed" else f"not ready after {timeout:.0f}s"
+            raise RuntimeError(f"workload {key} {state}: {note}")
+        await asyncio.sleep(0.5)
+
+
+def _phase(deployment: dict[str, Any]) -> str:
+    reason = deployment["admission_reason"]
+    return f"{deployment['cluster_id']} {deployment['admission_phase']}" + (
+        f" ({reason})" if reason else ""
+    )
+
+
+# Deployments
+
+
+def _deployment_table(found: dict[str, Any]) -> str:
+    rows = [
+        (
+            d["deployment_id"],
+            d["cluster_id"],
+            d["admission_phase"],
+            d["admission_reason"],
+            f"{d['ready_replicas']}/{d['desired_replicas']}",
+            d["authority"],
+            "yes" if d["enabled"] else "no",
+            (d["status"] or {}).get("phase"),
+            ", ".join(f"{k}:{v}" for k, v in d["live_digests"].items()),
+        )
+        for d in found["deployments"]
+    ]
+    headers = ("DEPLOYMENT", "CLUSTER", "PHASE", "REASON", "READY", "AUTHORITY", "ENABLED")
+    return table((*headers, "STATUS", "LIVE DIGESTS"), rows)
+
+
+async def _list_deployments(api: ApiClient, args: argparse.Namespace) -> str:
+    params = {"workload": args.workload, "cluster": args.cluster}
+    return _out(args, await api.call("GET", "/v1/deployments", params=params), _deployment_table)
+
+
+async def _deployment_action(api: ApiClient, args: argparse.Namespace) -> str:
+    path = f"/v1/deployments/{args.ref}/{args.action}"
+    if args.action == "authority":
+        body: Any = {"authority": "managed", "force": args.force}
+        method = "POST"
+    elif args.action == "engine-args":
+        body, method = {"engine_args": args.engine_args}, "PUT"
+    else:
+        body, method = None, "POST"
+    return _out(args, await api.call(method, path, body), _fields)
+
+
+# Discovered models
+
+
+def _discovered_table(found: dict[str, Any]) -> str:
+    rows = [
+        (
+            d["discovery_id"],
+            d["cluster_id"],
+            f"{d['namespace']}/{d['name']}",
+            d["state"],
+            "yes" if d["present"] else "no",
+            d.get("model"),
+            d["workload_id"],
+        )
+        for d in found["discovered"]
+    ]
+    headers = ("DISCOVERY", "CLUSTER", "OBJECT", "STATE", "RUNNING", "MODEL", "WORKLOAD")
+    return table(headers, rows)
+
+
+async def _list_discovered(api: ApiClient, args: argparse.Namespace) -> str:
+    params = {"include_ignored": "true" if args.all else None, "cluster": args.cluster}
+    return _out(args, await api.call("GET", "/v1/discovered", params=params), _discovered_table)
+
+
+async def _discovered_action(api: ApiClient, args: argparse.Namespace) -> str:
+    path = f"/v1/discovered/{args.ref}/{args.action}"
+    body = None
+    if args.action == "promote":
+        body = {"project": args.project}
+        for field in ("workload_id", "device_class"):
+            if getattr(args, field):
+                body[field] = getattr(args, field)
+    return _out(args, await api.call("POST", path, body), _fields)
+
+
+# Projects, clusters, capacity
+
+
+def _project_table(found: dict[str, Any]) -> str:
+    rows = [
+        (p["project"], q["device_class"], q["quota"], q["used"], q["available"])
+        for p in found["projects"]
+        for q in p["quotas"]
+    ]
+    return table(("PROJECT", "CLASS", "QUOTA", "USED", "AVAILABLE"), rows)
+
+
+async def _list_projects(api: ApiClient, args: argparse.Namespace) -> str:
+    return _out(args, await api.call("GET", "/v1/projects"), _project_table)
+
+
+async def _quota(api: ApiClient, args: argparse.Namespace) -> str:
+    path = f"/v1/projects/{args.project}/quotas/{args.device_class}"
+    project = await api.call("PUT", path, {"devices": args.devices})
+    return _out(args, project, lambda p: _project_table({"projects": [p]}))
+
+
+def _cluster_table(found: dict[str, Any]) -> str:
+    rows = [
+        (
+            c["cluster_id"],
+            "yes" if c["reachable"] else "no",
+            _operator(c["operator"]),
+            c["nodes"],
+            row["device_class"],
+            row["total"],
+            row["allocated"],
+            row["reserved"],
+            row["free"],
+        )
+        for c in found["clusters"]
+        for row in c["capacity"] or [{k: None for k in ("device_class", "total", "allocated")}]
+    ]
+    headers = ("CLUSTER", "REACHABLE", "OPERATOR", "NODES", "CLASS", "TOTAL", "ALLOCATED")
+    return table((*headers, "RESERVED", "FREE"), rows)
+
+
+def _operator(operator: dict[str, Any] | None) -> str:
+    if operator is None:
+        return "-"
+    modes = [m for m in ("read_only", "simulated") if operator.get(m)]
+    return str(operator["version"]) + (f" ({', '.join(modes)})" if modes else "")
+
+
+async def _list_clusters(api: ApiClient, args: argparse.Namespace) -> str:
+    return _out(args, await api.call("GET", "/v1/clusters"), _cluster_table)
+
+
+def add_commands(sub: Any) -> None:
+    """The resource commands, on the CLI's subparsers."""
+    json_flag = argparse.ArgumentParser(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    def noun(name: str, help: str) -> Any:
+        return sub.add_parser(name, help=help).add_subparsers(required=True, metavar="ACTION")
+
+    def verb(
+        group: Any, name: str, run: Any, help: str, **defaults: Any
+    ) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = group.add_parser(name, help=help, parents=[json_flag])
+        parser.set_defaults(run=_command(run), **defaults)
+        return parser
+
+    workloads = noun("workloads", "declare, scale, change and delete workloads (REST API)")
+    listed = verb(workloads, "list", _list_workloads, "every workload with its phase")
+    listed.add_argument("--project")
+    got = verb(workloads, "get", _get, "one workload", collection="/v1/workloads")
+    got.add_argument("ref", help="the workload's name")
+    create = verb(workloads, "create", _create_workload, "declare a workload")
+    create.add_argument("workload_id", metavar="NAME", nargs="?")
+    create.add_argument("--project")
+    create.add_argument("--device-class", help="e.g. NVIDIA-H100-80GB-HBM3")
+    create.add_argument("--replicas", type=int)
+    create.add_argument("--cluster", help="pin it to this cluster")
+    _serving_flags(create, file="the whole request (JSON or YAML; - for stdin)")
+    _wait_flags(create)
+    scale = verb(workloads, "scale", _scale, "change the total replicas")
+    scale.add_argument("ref", help="the workload's name")
+    scale.add_argument("replicas", type=int)
+    _wait_flags(scale)
+    serving = verb(workloads, "serving", _serving, "change the serving config (a rollout)")
+    serving.add_argument("ref", help="the workload's name")
+    _serving_flags(serving, file="the serving config (JSON or YAML; - for stdin)")
+    _wait_flags(serving)
+    delete = verb(workloads, "delete", _delete, "delete it and its deployments")
+    delete.add_argument("ref", help="the workload's name")
+
+    deployments = noun("deployments", "deployments: status, replicas, authority (REST API)")
+    listed = verb(deployments, "list", _list_deployments, "every deployment, with its status")
+    listed.add_argument("--workload")
+    listed.add_argument("--cluster")
+    got = verb(deployments, "get", _get, "one deployment", collection="/v1/deployments")
+    got.add_argument("ref", help="an id (llama--east) or llama/east, or a workload's name")
+    for action, help in (("enable", "reconcile it again"), ("disable", "scale it to zero")):
+        verb(deployments, action, _deployment_action, help, action=action).add_argument("ref")
+    promote = verb(
+        deployments, "promote", _deployment_action, "observed -> managed", action="authority"
+    )
+    promote.add_argument("ref")
+    promote.add_argument("--force", action="store_true", help="even if engine_args differ")
+    args = verb(
+        deployments, "engine-args", _deployment_action, "set engine args", action="engine-args"
+    )
+    args.add_argument("ref")
+    args.add_argument("engine_args", nargs="*", metavar="ARG", help="after --, e.g. -- --foo 1")
+
+    discovered = noun("discovered", "models found running that nobody declared (REST API)")
+    listed = verb(discovered, "list", _list_discovered, "sightings (not ignored ones)")
+    listed.add_argument("--all", action="store_true", help="ignored ones too")
+    listed.add_argument("--cluster")
+    got = verb(discovered, "get", _get, "one sighting", collection="/v1/discovered")
+    got.add_argument("ref", help="an id, or the object's name (namespace/name)")
+    for action, help in (("track", "keep it, observed only"), ("ignore", "hide it")):
+        verb(discovered, action, _discovered_action, help, action=action).add_argument("ref")
+    adopt = verb(discovered, "promote", _discovered_action, "adopt it", action="promote")
+    adopt.add_argument("ref")
+    adopt.add_argument("--project", required=True)
+    adopt.add_argument("--workload-id", help="default: the object's name")
+    adopt.add_argument("--device-class", help="default: the cluster's one class")
+
+    projects = noun("projects", "projects and their quotas (REST API)")
+    verb(projects, "list", _list_projects, "quota and use per device class")
+    got = verb(projects, "get", _get, "one project", collection="/v1/projects")
+    got.add_argument("ref", metavar="project")
+    quota = verb(projects, "quota", _quota, "set a quota")
+    quota.add_argument("project")
+    quota.add_argument("device_class")
+    quota.add_argument("devices", type=int)
+
+    clusters = noun("clusters", "clusters, their operators and capacity (REST API)")
+    verb(clusters, "list", _list_clusters, "every cluster with its devices")
+    got = verb(clusters, "get", _get, "one cluster", collection="/v1/clusters")
+    got.add_argument("ref", metavar="cluster")
+
+
+def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:
+    parser.add_argument("--file", help=file)
+    parser.add_argument("--model")
+    parser.add_argument("--backend", choices=["vllm", "sglang", "trtllm"])
+    parser.add_argument("--engine-version")
+    parser.add_argument("--devices-per-replica", type=int)
+    parser.add_argument("--tensor", type=int, help="tensor parallelism")
+    parser.add_argument("--mode", choices=["aggregated", "disaggregated"])
+    parser.add_argument("--image")
+    parser.add_argument("--context-length", type=int)
+
+
+def _wait_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help="follow it until ready (a bar)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to --wait")

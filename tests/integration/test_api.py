@@ -1,0 +1,319 @@
+"""The REST API through a real HTTP client: a hub, a real nats-server, the API on a free port,
+and operators on simulated clusters (or on kmock, for discovery). Every seed endpoint of the
+concept document is exercised here; so are bad inputs and authentication, which must store
+nothing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters.simulated import nodes_from_spec
+from services.bootstrap import Hub, running_api, simulated_operators
+from services.config import Settings
+from services.operator.inspect import load_manifest
+
+from .conftest import LLAMA, wait_for
+from .kube_fixtures import NAMESPACE, cluster_create, node
+from .test_adoption import FIXTURE, operator_on_kmock
+
+WRITER = "w" * 24
+READER = "r" * 24
+PROBLEM = "application/problem+json"
+WORKLOAD = {
+    "workload_id": "llama",
+    "project": "search",
+    "device_class": "H100",
+    "replicas": 2,
+    "serving": LLAMA,
+}
+
+
+@contextlib.asynccontextmanager
+async def api_of(hub: Hub, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = replace(
+        Settings.from_env({"WINGSMITH_DATA_DIR": str(tmp_path / "api")}),
+        nats_url=hub.nats_url,
+        api_listen=("127.0.0.1", 0),
+        api_tokens={WRITER: "tests"},
+        api_read_tokens={READER: "auditor"},
+    )
+    settings.data_dir.mkdir(parents=True)
+    async with (
+        running_api(settings) as base,
+        httpx.AsyncClient(base_url=base, headers=bearer(WRITER), timeout=20) as http,
+    ):
+        yield http
+
+
+@pytest.fixture
+async def api(hub: Hub, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_of(hub, tmp_path) as http:
+        yield http
+
+
+@pytest.fixture
+async def east(hub: Hub) -> AsyncIterator[None]:
+    clusters = {"east": nodes_from_spec("east", "2x8:H100")}
+    async with simulated_operators(hub.nc, clusters, ready_after=0.2, heartbeat_every=0.5):
+        yield
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+async def stored(hub: Hub) -> int:
+    return int(await hub.store.run(hub.store.store.last_position))
+
+
+async def until(http: httpx.AsyncClient, path: str, field: str, value: Any) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def reached() -> bool:
+        nonlocal seen
+        seen = (await http.get(path)).json()
+        return bool(seen.get(field) == value)
+
+    await wait_for(reached, 30, f"{path} {field} == {value!r}")
+    return seen
+
+
+async def test_a_workload_from_quota_to_running_to_deleted(
+    hub: Hub, api: httpx.AsyncClient, east: None
+) -> None:
+    await until(api, "/v1/clusters/east", "reachable", True)
+    quota = ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
+    assert quota["quotas"][0] | {"quota": 8} == quota["quotas"][0]
+
+    created = await api.post("/v1/workloads", json=WORKLOAD)
+    body = ok(created, 201)
+    assert created.headers["location"] == "/v1/workloads/llama"
+    assert (body["workload_id"], body["replicas"]) == ("llama", 2)
+    assert body["phase"] in {"pending", "admitted", "placed", "running"}  # placement is quick
+    assert ok(await api.get("/v1/workloads/llama"))["project"] == "search"  # read your write
+
+    running = await until(api, "/v1/workloads/llama", "phase", "running")
+    assert running["deployments"][0]["deployment_id"] == "llama--east"
+    listed = ok(await api.get("/v1/workloads", params={"project": "search", "phase": "running"}))
+    assert [w["workload_id"] for w in listed["workloads"]] == ["llama"]
+    assert ok(await api.get("/v1/workloads", params={"project": "other"}))["workloads"] == []
+
+    deployment = await until(api, "/v1/deployments/llama--east", "ready_replicas", 2)
+    assert deployment["status"]["phase"] == "ready"
+    assert deployment["live_digests"] == {running["serving_digest"]: 2}
+    assert len(deployment["replicas"]) == 2
+    assert all(len(replica["device_ids"]) == 1 for replica in deployment["replicas"])
+    for ref in ("llama/east", "llama@east", "llama"):  # readable names for the same deployment
+        assert ok(await api.get(f"/v1/deployments/{ref}"))["deployment_id"] == "llama--east"
+    capacity = ok(await api.get("/v1/capacity", params={"cluster": "east"}))["capacity"]
+    assert capacity[0]["allocated"] == 2
+    assert ok(await api.get("/v1/projects/search"))["quotas"][0]["used"] == 2
+
+    scaled = ok(await api.post("/v1/workloads/llama/scale", json={"replicas": 3}))
+    assert scaled["replicas"] == 3
+    await until(api, "/v1/deployments/llama", "ready_replicas", 3)
+
+    serving = LLAMA | {"engine_version": "0.9.3"}
+    changed = ok(await api.put("/v1/workloads/llama/serving", json={"serving": serving}))
+    assert changed["serving_digest"] != running["serving_digest"]
+
+    args = ["--max-model-len", "8192"]
+    deployment = ok(await api.put("/v1/deployments/llama/engine-args", json={"engine_args": args}))
+    assert deployment["engine_args"] == args
+    assert ok(await api.post("/v1/deployments/llama/disable"))["enabled"] is False
+    assert ok(await api.post("/v1/deployments/llama/enable"))["enabled"] is True
+
+    history = ok(await api.get("/v1/events", params={"aggregate": "workload:llama"}))["events"]
+    assert [e["type"] for e in history][:2] == ["WorkloadCreated", "DeploymentAttached"]
+    scale = next(e for e in history if e["type"] == "WorkloadScaled")
+    assert scale["changes"]["replicas"] == {"before": 2, "after": 3}
+    phases = ok(await api.get("/v1/events", params={"aggregate": "deployment:llama--east"}))
+    kinds = [e["type"] for e in phases["events"]]
+    order = ["DeploymentCreated", "AdmissionDecided", "DeploymentPlaced", "DeploymentRunning"]
+    assert [kinds.index(kind) for kind in order] == sorted(kinds.index(kind) for kind in order)
+    page = ok(await api.get("/v1/events", params={"aggregate": "deployment", "limit": 2}))
+    assert len(page["events"]) == 2 and page["next"] > page["events"][-1]["seq"]
+
+    deleted = await api.delete("/v1/workloads/llama")
+    assert ok(deleted, 202)["deployments"] == ["llama--east"]
+    assert (await api.get("/v1/workloads/llama")).status_code == 404
+    free = {"cluster_id": "east", "device_class": "H100", "total": 16, "allocated": 0}
+    await until(api, "/v1/clusters/east", "capacity", [free | {"reserved": 0, "free": 16}])
+
+
+async def test_discovered_model_is_tracked_ignored_promoted_and_taken_over(
+    hub: Hub, api: httpx.AsyncClient
+) -> None:
+    manifest = load_manifest(FIXTURE.read_text())
+    manifest["metadata"]["namespace"] = NAMESPACE
+    async with operator_on_kmock(hub.nc) as (emulator, _, _):
+        await cluster_create(emulator, "node", node("gpu-1", product="H100", gpus=8))
+        await cluster_create(emulator, "dgd/v1beta1", manifest)
+
+        async def sighted() -> bool:
+            return bool(ok(await api.get("/v1/discovered"))["discovered"])
+
+        await wait_for(sighted, 20, "the discovery to be listed")
+        [found] = ok(await api.get("/v1/discovered"))["discovered"]
+        assert (found["name"], found["state"]) == ("qwen3-chat", "sighted")
+
+        ignored = ok(await api.post("/v1/discovered/qwen3-chat/ignore"))
+        assert ignored["state"] == "ignored"
+        assert ok(await api.get("/v1/discovered"))["discovered"] == []  # hidden by default
+        listed = ok(await api.get("/v1/discovered", params={"include_ignored": "true"}))
+        assert [d["name"] for d in listed["discovered"]] == ["qwen3-chat"]
+
+        tracked = ok(await api.post(f"/v1/discovered/{NAMESPACE}/qwen3-chat/track"))
+        assert tracked["state"] == "tracked"
+        assert ok(await api.get("/v1/deployments"))["deployments"] == []  # tracking adds none
+
+        await api.put("/v1/projects/search/quotas/H100", json={"devices": 8})
+        promoted = await api.post("/v1/discovered/qwen3-chat/promote", json={"project": "search"})
+        workload = ok(promoted, 201)
+        assert promoted.headers["location"] == "/v1/workloads/qwen3-chat"
+        assert workload["cluster"] == "east"
+        deployment = ok(await api.get("/v1/deployments/qwen3-chat"))
+        assert deployment["authority"] == "observed"
+        assert deployment["imported_args"]
+
+        refused = await api.post("/v1/deployments/qwen3-chat/authority", json={"authority": "x"})
+        assert refused.status_code == 422 and refused.json()["field"] == "authority"
+        await api.put(
+            "/v1/deployments/qwen3-chat/engine-args",
+            json={"engine_args": deployment["imported_args"]},
+        )
+        taken = await api.post(
+            "/v1/deployments/qwen3-chat/authority", json={"authority": "managed"}
+        )
+        assert ok(taken)["authority"] == "managed"
+
+
+BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, str]] = [
+    # method, path, request kwargs, status, the first field at fault
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"replicas": "2"}}, 422, "replicas"),
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"colour": "red"}}, 422, "colour"),
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"workload_id": "Llama!"}}, 422, "workload_id"),
+    (
+        "POST",
+        "/v1/workloads",
+        {"json": WORKLOAD | {"serving": LLAMA | {"devices_per_replica": 0}}},
+        422,
+        "serving.devices_per_replica",
+    ),
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"project": None}}, 422, "project"),
+    ("POST", "/v1/workloads", {"json": {"workload_id": "x"}}, 422, "project"),
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"project": "nobody"}}, 404, "project"),
+    ("POST", "/v1/workloads/llama/scale", {"json": {"replicas": 1}}, 404, "ref"),
+    ("POST", "/v1/deployments/nothing/enable", {}, 404, "ref"),
+    ("POST", "/v1/discovered/nothing/track", {}, 404, "ref"),
+    ("PUT", "/v1/projects/search/quotas/H100", {"json": {"devices": -1}}, 422, "devices"),
+    ("PUT", "/v1/projects/Search!/quotas/H100", {"json": {"devices": 1}}, 422, "project"),
+    ("GET", "/v1/events", {"params": {"limit": 0}}, 422, "query.limit"),
+    ("GET", "/v1/events", {"params": {"aggregate": "workload:a.b"}}, 422, "query.aggregate"),
+    (
+        "POST",
+        "/v1/workloads",
+        {"json": WORKLOAD, "headers": {"Idempotency-Key": "no spaces"}},
+        400,
+        "header.Idempotency-Key",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs", "status", "field"), BAD_REQUESTS)
+async def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(
+    hub: Hub,
+    api: httpx.AsyncClient,
+    method: str,
+    path: str,
+    kwargs: dict[str, Any],
+    status: int,
+    field: str,
+) -> None:
+    ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
+    before = await stored(hub)
+    response = await api.request(method, path, **kwargs)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    problem = response.json()
+    assert (problem["status"], problem["field"]) == (status, field), problem
+    assert problem["type"].endswith(problem["code"]) and problem["detail"]
+    assert await stored(hub) == before
+
+
+async def test_malformed_bodies_are_refused(hub: Hub, api: httpx.AsyncClient) -> None:
+    before = await stored(hub)
+    cases = [
+        ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
+        ({"content": b"replicas=2", "headers": {"content-type": "text/plain"}}, 415),
+        ({"json": {"x": "y" * 70_000}}, 413),
+        ({"json": [1, 2]}, 422),
+    ]
+    for kwargs, status in cases:
+        response = await api.post("/v1/workloads", **kwargs)
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == PROBLEM
+    assert await stored(hub) == before
+
+
+async def test_unknown_routes_and_methods_are_problems(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/v1/nothing")).json()["status"] == 404
+    wrong = await api.delete("/v1/clusters")
+    assert wrong.status_code == 405 and wrong.headers["content-type"] == PROBLEM
+
+
+async def test_without_a_valid_token_nothing_changes(hub: Hub, api: httpx.AsyncClient) -> None:
+    before = await stored(hub)
+    quota = {"json": {"devices": 8}}
+    async with httpx.AsyncClient(base_url=api.base_url) as anonymous:
+        for headers in ({}, bearer("not-a-token"), {"Authorization": f"Basic {WRITER}"}):
+            response = await anonymous.put("/v1/projects/p/quotas/H100", headers=headers, **quota)
+            assert response.status_code == 401, headers
+            assert response.headers["www-authenticate"] == "Bearer"
+            assert response.json()["code"] == "unauthorized"
+        read_only = await anonymous.put(
+            "/v1/projects/p/quotas/H100", headers=bearer(READER), **quota
+        )
+        assert read_only.status_code == 403
+        assert (await anonymous.get("/v1/projects", headers=bearer(READER))).status_code == 200
+        assert (await anonymous.get("/v1/projects")).status_code == 401
+    assert await stored(hub) == before
+
+
+async def test_an_idempotency_key_makes_a_resend_harmless(
+    hub: Hub, api: httpx.AsyncClient
+) -> None:
+    ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
+    key = {"Idempotency-Key": "create-llama-1"}
+    first = await api.post("/v1/workloads", json=WORKLOAD, headers=key)
+    again = await api.post("/v1/workloads", json=WORKLOAD, headers=key)
+    assert ok(first, 201)["created_at"] == ok(again, 201)["created_at"]  # the same workload
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.headers["wingsmith-command-id"] == "create-llama-1"
+    other = await api.post("/v1/workloads", json=WORKLOAD | {"replicas": 5}, headers=key)
+    assert other.status_code == 409 and other.json()["code"] == "command_id_reused"
+    assert (await api.post("/v1/workloads", json=WORKLOAD)).json()["code"] == "already_exists"
+
+
+async def test_openapi_describes_the_concept_paths(api: httpx.AsyncClient) -> None:
+    schema = ok(await api.get("/openapi.json", headers={}))
+    paths = schema["paths"]
+    assert "post" in paths["/v1/deployments/{ref}/authority"]
+    for verb in ("track", "ignore", "promote"):
+        assert "post" in paths[f"/v1/discovered/{{ref}}/{verb}"]
+    assert {"get", "post"} <= paths["/v1/workloads"].keys()
+    body = paths["/v1/workloads"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"].endswith("/CreateWorkloadRequest")
+    assert "ServingConfig" in schema["components"]["schemas"]

@@ -1,0 +1,142 @@
+"""The workloads and clusters views, exactly as the REST API reads them, over events made by the
+real aggregates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from domain.base import Aggregate, Cause, Writer
+from domain.cluster import Cluster, Node, OperatorInfo
+from domain.workload import Workload
+from projections.base import Fold, Projection
+from projections.fleet import Clusters, Workloads
+
+from .history import envelope, serving
+
+
+def at(minute: int, writer: Writer = Writer.PLANE) -> Cause:
+    when = datetime(2026, 11, 29, 14, minute, tzinfo=UTC)
+    return Cause(command_id=f"c{minute}", correlation_id="corr", at=when, writer=writer)
+
+
+def stamp(minute: int) -> str:
+    return f"2026-11-29T14:{minute:02d}:00Z"
+
+
+class Given:
+    """Folds what the aggregates record, and keeps which keys each event changed."""
+
+    def __init__(self, projection: Projection) -> None:
+        self.projection = projection
+        self.fold = Fold([projection])
+        self.position = 0
+        self.changed: list[str] = []
+
+    def flush(self, *aggregates: Aggregate) -> None:
+        for aggregate in aggregates:
+            for event in aggregate.collect_events():
+                self.position += 1
+                for _, key in self.fold.apply_envelope(envelope(event, self.position)):
+                    self.changed.append(key)
+
+
+def test_a_workload_as_declared_placed_and_deleted() -> None:
+    given = Given(Workloads())
+    w = Workload.create(
+        at(0),
+        "chat",
+        project="research",
+        device_class="H100",
+        serving=serving(2),
+        replicas=2,
+        cluster_pin=None,
+        allowed_clusters=("east", "west"),
+        engine_args=("--enforce-eager",),
+    )
+    w.defer_placement(at(1), "none of its allowed clusters reports H100 devices")
+    given.flush(w)
+    assert given.projection.views["chat"]["unplaced"] is not None
+    w.attach_deployment(at(2), "east", "chat--east")
+    w.scale(at(3), 4)
+    given.flush(w)
+    assert given.projection.views == {
+        "chat": {
+            "workload_id": "chat",
+            "project": "research",
+            "device_class": "H100",
+            "replicas": 4,
+            "serving": serving(2).model_dump(mode="json"),
+            "serving_digest": serving(2).digest(),
+            "cluster": None,
+            "clusters": ["east", "west"],
+            "engine_args": ["--enforce-eager"],
+            "deployments": {"east": "chat--east"},
+            "unplaced": None,
+            "created_at": stamp(0),
+            "updated_at": stamp(3),
+        }
+    }
+    bigger = serving(4)
+    w.change_serving_config(at(4), bigger)
+    given.flush(w)
+    view = given.projection.views["chat"]
+    assert (view["serving"]["devices_per_replica"], view["serving_digest"]) == (4, bigger.digest())
+    assert view["updated_at"] == stamp(4)
+    w.delete(at(5))
+    given.flush(w)
+    assert given.projection.views == {}
+    assert given.changed == ["chat"] * 6  # the last one a removal
+
+
+def test_a_pinned_workload_names_its_cluster() -> None:
+    given = Given(Workloads())
+    w = Workload.create(
+        at(0),
+        "embed",
+        project="research",
+        device_class="H100",
+        serving=serving(1),
+        replicas=1,
+        cluster_pin="north",
+    )
+    given.flush(w)
+    view = given.projection.views["embed"]
+    assert (view["cluster"], view["clusters"], view["engine_args"]) == ("north", None, [])
+
+
+def test_a_cluster_with_its_inventory_reachability_and_operator() -> None:
+    given = Given(Clusters())
+    c = Cluster.register(at(0), "east", "us-east-1", {"tier": "gold"})
+    given.flush(c)
+    assert given.projection.views["east"] == {
+        "cluster_id": "east",
+        "region": "us-east-1",
+        "labels": {"tier": "gold"},
+        "reachable": True,
+        "operator": None,
+        "nodes": 0,
+        "devices": {},
+        "registered_at": stamp(0),
+    }
+    nodes = (
+        Node(node_id="n1", device_class="H100", devices=8),
+        Node(node_id="n2", device_class="H100", devices=8),
+        Node(node_id="n3", device_class="A100", devices=4),
+    )
+    c.report_inventory(at(1, Writer.CLUSTER), nodes)
+    c.set_reachable(at(2), False)
+    operator = OperatorInfo(instance="op-1", version="0.3.0", read_only=True)
+    c.hear_operator(at(3, Writer.CLUSTER), operator)  # reachable again
+    given.flush(c)
+    view = given.projection.views["east"]
+    assert (view["nodes"], view["devices"]) == (3, {"H100": 16, "A100": 4})
+    assert view["reachable"] is True
+    assert view["operator"] == {
+        "instance": "op-1",
+        "version": "0.3.0",
+        "read_only": True,
+        "simulated": False,
+    }
+    c.set_reachable(at(4), False)
+    given.flush(c)
+    assert given.projection.views["east"]["reachable"] is False
