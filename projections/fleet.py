@@ -289,6 +289,7 @@ class DeploymentHealth(Projection):
             "status": None,
             "live_digests": {},
             "authority": e["authority"],
+            "generation": 1,
             "serving_digest": e["serving_digest"],
             "engine_args": list(e["engine_args"]),
             "imported_args": e["imported_args"],
@@ -378,6 +379,7 @@ class DeploymentHealth(Projection):
 
     @handles("ServingConfigChanged")
     def _serving(self, deployment_id: str, e: E) -> Keys:
+        self._set(deployment_id, "generation", e["generation"])
         return self._set(deployment_id, "serving_digest", e["serving_digest"])
 
     @handles("AuthorityPromoted")
@@ -483,8 +485,9 @@ class Discovered(Projection):
 
 
 class Allocations(_Allocations):
-    """Key: replica id. Which devices a live replica holds, on which node and in which topology
-    domain. A terminated replica's view is removed."""
+    """Key: replica id. A live replica: its pod name, which devices it holds, on which node
+    and in which topology domain, whether it is ready, and the serving configuration and engine
+    version it runs. A terminated replica's view is removed."""
 
     name = "allocations"
 
@@ -521,14 +524,33 @@ class Allocations(_Allocations):
             "replica_id": replica_id,
             "deployment_id": deployment["id"],
             "cluster_id": deployment["cluster_id"],
+            "name": started["name"],
             "node_id": started["node_id"],
             "device_ids": list(started["device_ids"]),
             "topology_domain": None,
+            "ready": False,
+            "serving_digest": started["serving_digest"],
+            "engine_version": started["engine_version"],
         }
         self.on_node.setdefault(f"{deployment['cluster_id']}/{started['node_id']}", []).append(
             replica_id
         )
         self._place(replica_id)
+        return (replica_id,)
+
+    @handles("ReplicaReady")
+    def _ready(self, replica_id: str, e: E) -> Keys:
+        return self._mark(replica_id, ready=True)
+
+    @handles("ReplicaNotReady")
+    def _not_ready(self, replica_id: str, e: E) -> Keys:
+        return self._mark(replica_id, ready=False)
+
+    def _mark(self, replica_id: str, *, ready: bool) -> Keys:
+        view = self.views.get(replica_id)
+        if view is None or view["ready"] == ready:
+            return ()
+        view["ready"] = ready
         return (replica_id,)
 
     def _place(self, replica_id: str) -> bool:

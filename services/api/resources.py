@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from domain.values import is_name
 from projections.base import View
 from services.api.problems import Problem
 
@@ -34,8 +35,9 @@ def _one(kind: str, ref: str, matches: list[str]) -> str:
 
 
 def workload_id(views: Views, ref: str) -> str:
-    """A workload's id is its name."""
-    return _one("workload", ref, [ref] if views.get("workloads", ref) else [])
+    """A workload's id is its name. One the views do not have yet (another API process has
+    just created it) is still tried: the hub has the last word."""
+    return _one("workload", ref, [ref] if views.get("workloads", ref) or is_name(ref) else [])
 
 
 def deployment_id(views: Views, ref: str) -> str:

@@ -14,7 +14,7 @@ from projections.fleet import (
     workload_phase,
 )
 
-from .history import Fleet
+from .history import PLANE, Fleet, serving
 from .test_properties import fold
 
 
@@ -171,3 +171,25 @@ def test_a_deletion_publishes_the_removal_of_each_view() -> None:
         ("workload_phase", "w1"),
         ("workloads", "w1"),
     ]
+
+
+def test_an_allocation_says_which_pod_runs_what_and_whether_it_is_ready() -> None:
+    fleet = fleet_with_one_deployment()
+    fleet.run(("admit", 0, True))
+    fleet.run(("start", 0))
+    [replica] = fold(Allocations, fleet.envelopes).views.values()
+    assert (replica["name"], replica["ready"]) == ("pod-0", False)
+    assert replica["serving_digest"].startswith("svg_") and replica["engine_version"]
+    fleet.run(("ready", 0, True))
+    assert [v["ready"] for v in fold(Allocations, fleet.envelopes).views.values()] == [True]
+    fleet.run(("ready", 0, False))
+    assert [v["ready"] for v in fold(Allocations, fleet.envelopes).views.values()] == [False]
+
+
+def test_a_deployment_view_counts_generations() -> None:
+    fleet = fleet_with_one_deployment()
+    assert fold(DeploymentHealth, fleet.envelopes).views["w1--east"]["generation"] == 1
+    deployment = fleet.deployments["w1--east"]
+    deployment.change_serving_config(PLANE, serving(deployment.serving.devices_per_replica * 2))
+    fleet._keep(deployment)
+    assert fold(DeploymentHealth, fleet.envelopes).views["w1--east"]["generation"] == 2
