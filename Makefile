@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/api.py
 
 clean:
 	rm -rf $(VENV) .wingsmith .pytest_cache .mypy_cache .hypothesis

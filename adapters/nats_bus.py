@@ -491,6 +491,24 @@ async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, byte
     return views
 
 
+async def follow_progress(nc: Client) -> AsyncGenerator[dict[str, Any], None]:
+    """The projector's progress now, then each time it moves; before a projector has run,
+    nothing until one does."""
+    bucket = f"KV_{PROGRESS_BUCKET}"
+    while True:
+        try:
+            await nc.jetstream().stream_info(bucket)
+            break
+        except NotFoundError:
+            await asyncio.sleep(0.5)
+    subject = f"$KV.{PROGRESS_BUCKET}.position"
+    stream = read_stream(nc, bucket, subject, follow=True, start="last")
+    async with contextlib.aclosing(stream):
+        async for message in stream:
+            if message.data:
+                yield orjson.loads(message.data)
+
+
 async def projector_progress(nc: Client) -> dict[str, Any] | None:
     """What the projector last reported: store position, stream sequence, event time."""
     try:

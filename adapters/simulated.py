@@ -67,6 +67,9 @@ class SimNode:
         self.free = list(self.device_ids)
 
 
+WORKER_NAMES = {"vllm": "VllmWorker", "sglang": "SGLangWorker", "trtllm": "TRTLLMWorker"}
+
+
 def _adopted_key(want: Mapping[str, Any]) -> str | None:
     adopted = want.get("adopted")
     return f"{adopted['namespace']}/{adopted['name']}" if adopted else None
@@ -263,7 +266,9 @@ class SimulatedCluster:
                     self.failing.pop(want["deployment_id"], None)
                 await self._reconcile(want["deployment_id"])
             elif fault in {"run_model", "stop_model"}:
-                return await self._foreign_model(request, run=fault == "run_model")
+                reply = await self._foreign_model(request, run=fault == "run_model")
+                self._save()
+                return reply
             else:
                 kinds = "node_loss, node_restore, image_pull, clear, run_model, stop_model"
                 return {"ok": False, "error": f"fault: one of {kinds}"}
@@ -299,6 +304,8 @@ class SimulatedCluster:
         self.pods.setdefault(owner, {})
         for _ in range(replicas):
             if await self._start(owner, want) is None:
+                for pod in list(self.pods[owner].values()):  # all or nothing
+                    await self._terminate(owner, pod)
                 return {"ok": False, "error": "replicas: not enough free devices"}
         self.foreign[key] = {
             "namespace": namespace,
@@ -308,7 +315,7 @@ class SimulatedCluster:
             "components": [
                 {"name": "Frontend", "role": "frontend", "replicas": 1, "gpus_per_replica": 0},
                 {
-                    "name": "VllmWorker",
+                    "name": WORKER_NAMES.get(str(request.get("backend")), "Worker"),
                     "role": "worker",
                     "replicas": replicas,
                     "gpus_per_replica": gpus,
@@ -415,8 +422,11 @@ class SimulatedCluster:
     async def _become_ready(self, deployment_id: str, pod: Pod) -> None:
         await asyncio.sleep(self.ready_after)
         async with self._lock:
-            if pod.name not in self.pods.get(deployment_id, {}):
-                return  # terminated meanwhile
+            # under its deployment, or the one that adopted it meanwhile; else terminated
+            owners = [d for d, pods in self.pods.items() if pods.get(pod.name) is pod]
+            if not owners:
+                return
+            deployment_id = owners[0]
             pod.ready = True
             await self._report_replica(deployment_id, pod, "ready")
             await self._reconcile(deployment_id)

@@ -20,7 +20,7 @@ from adapters.simulated import SimNode, SimulatedCluster
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
 from services.api.app import Tokens
-from services.api.server import serving
+from services.api.server import Serving, serving
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import ingest
@@ -275,10 +275,10 @@ def _ignore(_: object) -> None:
 @contextlib.asynccontextmanager
 async def running_api(
     settings: Settings, url: str | None = None, *, local_token: bool = False
-) -> AsyncIterator[str]:
-    """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends;
-    yields its base URL. With `local_token` and no tokens configured, it accepts the token kept
-    in the data directory (made on first use), so the CLI on this machine can use it."""
+) -> AsyncIterator[Serving]:
+    """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends.
+    With `local_token` and no tokens configured, it accepts the token kept in the data
+    directory (made on first use), so the CLI on this machine can use it."""
     writers, readers = dict(settings.api_tokens), dict(settings.api_read_tokens)
     if not writers and not readers:
         if not local_token:
@@ -287,10 +287,10 @@ async def running_api(
     nc = await connect(settings, "wingsmith-api", url)
     try:
         host, port = settings.api_listen
-        async with serving(nc, Tokens(writers, readers), host, port) as base:
-            settings.api_url_file.write_text(base)
+        async with serving(nc, Tokens(writers, readers), host, port) as api:
+            settings.api_url_file.write_text(api.url)
             try:
-                yield base
+                yield api
             finally:
                 settings.api_url_file.unlink(missing_ok=True)
     finally:

@@ -23,6 +23,7 @@ from adapters.checkpoints import CheckpointStore
 from adapters.kube import Kube
 from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
+from domain.values import Backend as EngineBackend
 from domain.values import is_name
 from projections.audit import Entry, Timeline
 from projections.fleet import PROJECTIONS
@@ -143,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     fault.add_argument("--name", help="run_model, stop_model: its DynamoGraphDeployment name")
     fault.add_argument("--namespace", default="default", help="run_model, stop_model")
     fault.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
-    fault.add_argument("--backend", default="vllm", choices=["vllm", "sglang", "trtllm"])
+    fault.add_argument("--backend", default="vllm", choices=[b.value for b in EngineBackend])
     fault.add_argument("--engine-version", default="0.9.2", help="run_model")
     fault.add_argument("--replicas", type=int, default=1, help="run_model")
     fault.add_argument("--gpus", type=int, default=1, help="run_model: per replica")
@@ -233,13 +234,16 @@ async def _up(args: argparse.Namespace) -> int:
         hub = await stack.enter_async_context(running_hub(settings))
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
+        watched = list(hub.tasks)  # each runs until shutdown: one that ends is a failure
         if not args.no_api:
-            base = await stack.enter_async_context(
+            api = await stack.enter_async_context(
                 running_api(settings, hub.nats_url, local_token=True)
             )
-            token = "WINGSMITH_API_TOKENS" if settings.api_tokens else settings.api_token_file
-            print(f"rest api: {base}/v1 (bearer token: {token})", flush=True)
-        tasks = list(hub.tasks)
+            watched.append(api.task)
+            configured = settings.api_tokens or settings.api_read_tokens
+            token = "WINGSMITH_API_TOKENS" if configured else settings.api_token_file
+            print(f"rest api: {api.url}/v1 (bearer token: {token})", flush=True)
+        extras: list[asyncio.Task[None]] = []  # ours to stop
         if args.simulated:
             clusters = dict(args.simulated)
             state_dir = settings.data_dir / "simulated"
@@ -249,17 +253,16 @@ async def _up(args: argparse.Namespace) -> int:
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
             print(f"simulated clusters: {names}", flush=True)
             # a laptop: say what happens to each deployment as it happens
-            tasks.append(asyncio.create_task(_phases(hub.store), name="wingsmith-phases"))
+            extras.append(asyncio.create_task(_phases(hub.store), name="wingsmith-phases"))
         if args.demo:
             await _demo(hub.nc, dict(args.simulated))
         stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
-        await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stopping, *watched, *extras], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
-        failed = [t for t in tasks if t.done()]
+        failed = [t for t in watched + extras if t.done()]
         for task in failed:
             error = task.exception() if not task.cancelled() else None
             logging.error("%s stopped unexpectedly: %r; shutting down", task.get_name(), error)
-        extras = tasks[len(hub.tasks) :]
         for task in extras:
             task.cancel()
         await asyncio.gather(*extras, return_exceptions=True)
@@ -374,10 +377,12 @@ def _stop_on_signals() -> asyncio.Event:
 
 async def _api(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
-    async with running_api(Settings.from_env()) as base:
-        print(f"wingsmith rest api: {base}/v1", flush=True)
-        await stop.wait()
-    return 0
+    async with running_api(Settings.from_env()) as api:
+        print(f"wingsmith rest api: {api.url}/v1", flush=True)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopping, api.task], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+    return 0 if stop.is_set() else 1
 
 
 async def _projector(args: argparse.Namespace) -> int:

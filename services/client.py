@@ -21,7 +21,8 @@ import httpx
 import orjson
 import yaml
 
-from services.config import Settings
+from domain.values import Backend, ServingMode
+from services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
 from services.terminal import Progress, table
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -47,9 +48,9 @@ class ApiClient:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ApiClient:
         env = dict(os.environ) if env is None else env
-        settings = Settings.from_env(env)
-        url = env.get("WINGSMITH_API_URL") or _read(settings.api_url_file) or DEFAULT_URL
-        token = env.get("WINGSMITH_API_TOKEN") or _read(settings.api_token_file)
+        data_dir = data_dir_from(env)
+        url = env.get("WINGSMITH_API_URL") or _read(data_dir / API_URL_FILE) or DEFAULT_URL
+        token = env.get("WINGSMITH_API_TOKEN") or _read(data_dir / API_TOKEN_FILE)
         return cls(url.rstrip("/"), token)
 
     async def call(
@@ -238,7 +239,7 @@ async def _then_wait(api: ApiClient, args: argparse.Namespace, workload: dict[st
     key = workload.get("workload_id") or workload["result"]["workload_id"]
     if args.wait:
         workload = await wait_until_ready(api, key, args.timeout)
-    return _out(args, workload, _fields) if "phase" in workload else _fields(workload)
+    return _out(args, workload, _fields)
 
 
 async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str, Any]:
@@ -246,24 +247,25 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
     it now has; a bar shows them, with each deployment's phase (and why it waits)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    bar: Progress | None = None
-    while True:
-        workload = await api.call("GET", f"/v1/workloads/{key}")
-        wanted, digest = workload["replicas"], workload["serving_digest"]
-        ready = sum(d["live_digests"].get(digest, 0) for d in workload["deployments"])
-        note = ", ".join(map(_phase, workload["deployments"]))
-        note = note or workload["unplaced"] or workload["phase"]
-        bar = bar or Progress(key, wanted)
-        bar.total = max(wanted, 1)
-        bar.update(ready, note)
-        done = workload["phase"] == "running" and ready >= wanted
-        if done or workload["phase"] == "failed" or loop.time() > deadline:
-            bar.close()
-            if done:
+    bar = Progress(key, 1)
+    try:
+        while True:
+            workload = await api.call("GET", f"/v1/workloads/{key}")
+            wanted, digest = workload["replicas"], workload["serving_digest"]
+            ready = sum(d["live_digests"].get(digest, 0) for d in workload["deployments"])
+            note = ", ".join(map(_phase, workload["deployments"]))
+            note = note or workload["unplaced"] or workload["phase"]
+            bar.total = max(wanted, 1)
+            bar.update(ready, note)
+            if workload["phase"] == "running" and ready >= wanted:
                 return dict(workload)
-            state = "failed" if workload["phase"] == "failed" else f"not ready after {timeout:.0f}s"
-            raise RuntimeError(f"workload {key} {state}: {note}")
-        await asyncio.sleep(0.5)
+            if workload["phase"] == "failed":
+                raise RuntimeError(f"workload {key} failed: {note}")
+            if loop.time() > deadline:
+                raise RuntimeError(f"workload {key} not ready after {timeout:.0f}s: {note}")
+            await asyncio.sleep(0.5)
+    finally:
+        bar.close()
 
 
 def _phase(deployment: dict[str, Any]) -> str:
@@ -370,6 +372,9 @@ async def _quota(api: ApiClient, args: argparse.Namespace) -> str:
     return _out(args, project, lambda p: _project_table({"projects": [p]}))
 
 
+CAPACITY_COLUMNS = ("device_class", "total", "allocated", "reserved", "free")
+
+
 def _cluster_table(found: dict[str, Any]) -> str:
     rows = [
         (
@@ -384,7 +389,7 @@ def _cluster_table(found: dict[str, Any]) -> str:
             row["free"],
         )
         for c in found["clusters"]
-        for row in c["capacity"] or [{k: None for k in ("device_class", "total", "allocated")}]
+        for row in c["capacity"] or [dict.fromkeys(CAPACITY_COLUMNS)]
     ]
     headers = ("CLUSTER", "REACHABLE", "OPERATOR", "NODES", "CLASS", "TOTAL", "ALLOCATED")
     return table((*headers, "RESERVED", "FREE"), rows)
@@ -491,11 +496,11 @@ def add_commands(sub: Any) -> None:
 def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:
     parser.add_argument("--file", help=file)
     parser.add_argument("--model")
-    parser.add_argument("--backend", choices=["vllm", "sglang", "trtllm"])
+    parser.add_argument("--backend", choices=[b.value for b in Backend])
     parser.add_argument("--engine-version")
     parser.add_argument("--devices-per-replica", type=int)
     parser.add_argument("--tensor", type=int, help="tensor parallelism")
-    parser.add_argument("--mode", choices=["aggregated", "disaggregated"])
+    parser.add_argument("--mode", choices=[m.value for m in ServingMode])
     parser.add_argument("--image")
     parser.add_argument("--context-length", type=int)
 

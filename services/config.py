@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,12 @@ def _flag(value: str | None) -> bool:
 
 
 MIN_TOKEN = 16
+API_TOKEN_FILE = "api.token"  # in the data directory: the token `wingsmith up` made
+API_URL_FILE = "api.url"  # where `wingsmith up` serves the API, for the CLI
+
+
+def data_dir_from(env: dict[str, str]) -> Path:
+    return Path(env.get("WINGSMITH_DATA_DIR") or ".wingsmith").resolve()
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -23,15 +30,20 @@ def _listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+TOKEN_NAME = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,31}$")
+
+
 def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
-    """`name:token,name:token`: each bearer token with the name it stands for."""
+    """`name:token,name:token`: each bearer token with the name it stands for (the name goes
+    into the ids of the commands it sends). An error never shows a token."""
     tokens: dict[str, str] = {}
-    for entry in filter(None, (e.strip() for e in env.get(variable, "").split(","))):
+    entries = [e.strip() for e in env.get(variable, "").split(",") if e.strip()]
+    for number, entry in enumerate(entries, 1):
         name, _, token = entry.partition(":")
-        if not name or len(token) < MIN_TOKEN:
+        if not TOKEN_NAME.match(name) or len(token) < MIN_TOKEN:
             raise ValueError(
-                f"{variable}: each entry is NAME:TOKEN with a token of at least {MIN_TOKEN} "
-                f"characters ({name or entry[:8]!r} is not)"
+                f"{variable}: entry {number} is not NAME:TOKEN (a name of letters, digits and "
+                f"-_. up to 32; a token of at least {MIN_TOKEN} characters)"
             )
         tokens[token] = name
     return tokens
@@ -73,7 +85,7 @@ class Settings:
         return cls(
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
-            data_dir=Path(env.get("WINGSMITH_DATA_DIR") or ".wingsmith").resolve(),
+            data_dir=data_dir_from(env),
             max_command_bytes=int(max_bytes),
             operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
             relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
@@ -92,12 +104,12 @@ class Settings:
     @property
     def api_token_file(self) -> Path:
         """Where `wingsmith up` keeps the token it made when none is configured."""
-        return self.data_dir / "api.token"
+        return self.data_dir / API_TOKEN_FILE
 
     @property
     def api_url_file(self) -> Path:
         """Where `wingsmith up` writes the API's URL for the CLI to find."""
-        return self.data_dir / "api.url"
+        return self.data_dir / API_URL_FILE
 
     @property
     def url_file(self) -> Path:

@@ -49,8 +49,9 @@ def error_reply(code: str, message: str, **details: Any) -> bytes:
 def _ok_reply(
     result: dict[str, Any], *, duplicate: bool = False, position: int | None = None
 ) -> bytes:
-    """`position`: where the command's last event is in the store (none when it recorded
-    none), so a reader of the views can wait until they reflect it."""
+    """`position`: where the command's last event is in the store, so a reader of the views
+    can wait until they reflect it; none when it recorded none, or when the hub no longer knows
+    (a resend answered from a receipt stored before this hub started)."""
     reply: dict[str, Any] = {"ok": True, "result": result}
     if duplicate:
         reply["duplicate"] = True
@@ -297,8 +298,7 @@ class Executor:
                 replies.append(self._known(sub) or replies[outcome])
                 continue
             if outcome.receipt:
-                self.receipts.put(sub.command.command_id, outcome.receipt)
-                result = outcome.receipt[1]
+                digest, result = outcome.receipt
                 position = max(
                     (
                         positions[(f"{e['aggregate']}:{e['id']}", e["version"])]
@@ -306,6 +306,7 @@ class Executor:
                     ),
                     default=None,
                 )
+                self.receipts.put(sub.command.command_id, (digest, result, position))
                 replies.append(_ok_reply(result, position=position))
                 continue
             replies.append(outcome.reply)
@@ -345,8 +346,10 @@ class Executor:
         remembered = self.receipts.get(sub.command.command_id)
         if remembered is None:
             return None
-        digest, result = remembered
-        return _ok_reply(result, duplicate=True) if digest == sub.digest else _reused_reply(sub)
+        digest, result, position = remembered
+        if digest != sub.digest:
+            return _reused_reply(sub)
+        return _ok_reply(result, duplicate=True, position=position)
 
     def _stored_reply(self, sub: Submission) -> bytes | None:
         """The reply a command_id got before this hub's memory began, if it was handled."""
@@ -354,7 +357,8 @@ class Executor:
         if receipt is None:
             return None
         assert isinstance(receipt, CommandReceipt)
-        self.receipts.put(sub.command.command_id, (receipt.payload_digest, receipt.result))
+        # where its events are in the store is not kept: such a reply carries no position
+        self.receipts.put(sub.command.command_id, (receipt.payload_digest, receipt.result, None))
         return self._known(sub)
 
     def _one_by_one(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:

@@ -117,7 +117,9 @@ class Projector:
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
         """Fold a batch: every view change goes on the projection stream as it happens; the
-        latest value of each view changed, and the projector's progress, once per batch."""
+        latest value of each view changed, and the projector's progress, once per batch. The
+        progress follows the changes' acknowledgements, so a reader that sees it can count on
+        every change up to it being in the projection stream (they are separate streams)."""
         latest: dict[tuple[str, str], tuple[bytes | None, int]] = {}
         for message in batch:
             event = orjson.loads(message.data)
@@ -131,6 +133,7 @@ class Projector:
         self._event_time = datetime.fromisoformat(event["event"]["timestamp"])  # the batch's last
         for (name, key), (payload, position) in latest.items():
             await self._sink.latest(name, key, payload, position)
+        await self._sink.flush()  # the changes are stored before the progress that covers them
         assert self._event_time is not None
         await self._sink.progress(
             {
@@ -140,7 +143,6 @@ class Projector:
             }
         )
         self._since_checkpoint += len(batch)
-        await self._sink.flush()
 
     def _due(self) -> bool:
         if self._since_checkpoint >= CHECKPOINT_EVENTS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -51,8 +51,9 @@ class Views:
 
 
 class Gateway:
-    """The hub, the views and the history, over one NATS connection. `run` keeps the views
-    current; `send` waits (up to `consistency_timeout`) until they reflect the command."""
+    """The hub, the views and the history, over one NATS connection. `run` keeps the views and
+    the projector's progress current; `send` waits (up to `consistency_timeout`) until the
+    views reflect the command."""
 
     def __init__(
         self,
@@ -63,85 +64,100 @@ class Gateway:
     ) -> None:
         self.nc = nc
         self.views = Views()
+        self.projected = 0  # the store position the projector has folded up to
         self.command_timeout = command_timeout
         self.consistency_timeout = consistency_timeout
-        self.ready = asyncio.Event()  # set once the views have caught up after a start
+        self.ready = asyncio.Event()  # set while the views are caught up and followed
         self._advanced = asyncio.Event()
 
     async def run(self) -> None:
-        """Mirror WINGSMITH_PROJ until cancelled; after an error start over from the latest
-        views (keeping the old ones to answer with meanwhile)."""
+        """Follow the views and the progress until cancelled, each starting over after an error
+        (the views from their latest values, kept meanwhile to answer with)."""
+        await asyncio.gather(
+            self._forever("view mirror", self._mirror),
+            self._forever("projector progress", self._progress),
+        )
+
+    async def _forever(self, what: str, follow: Callable[[], Awaitable[None]]) -> None:
         while True:
             try:
-                await self._mirror()
+                await follow()
             except Exception as e:
-                log.warning("view mirror: %s: %s; starting over", type(e).__name__, e)
-                await asyncio.sleep(1.0)
+                log.warning("%s: %s: %s; starting over", what, type(e).__name__, e)
+            await asyncio.sleep(1.0)
 
     async def _mirror(self) -> None:
         target = await nats_bus.last_seq(self.nc, nats_bus.VIEWS_STREAM)
         fresh = Views()
-        live = target == 0
-        if live:
+        if target == 0:
             self._swap(fresh)
         stream = nats_bus.read_stream(
             self.nc, nats_bus.VIEWS_STREAM, f"{PROJ_PREFIX}>", follow=True, start="last"
         )
-        async for message in stream:
-            fresh.apply(message)
-            if not live and fresh.seq >= target:
-                live = True
-                self._swap(fresh)
-            if live:
-                self._advanced.set()
-                self._advanced = asyncio.Event()
+        try:
+            async with contextlib.aclosing(stream):
+                async for message in stream:
+                    fresh.apply(message)
+                    if fresh is not self.views and fresh.seq >= target:
+                        self._swap(fresh)
+                    if fresh is self.views:
+                        self._advance()
+        finally:
+            self.ready.clear()  # not ready again until a fresh mirror has caught up
+
+    async def _progress(self) -> None:
+        async for progress in nats_bus.follow_progress(self.nc):
+            self.projected = int(progress["position"])
+            self._advance()
 
     def _swap(self, fresh: Views) -> None:
         self.views = fresh
         self.ready.set()
 
+    def _advance(self) -> None:
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+
     async def send(self, command: Command) -> dict[str, Any]:
-        """The hub's reply to `command`; once it succeeded, the views include its effects (or
-        `consistent` is false in the reply: they did not within the timeout)."""
+        """The hub's reply to `command`. A successful one says whether the views include its
+        effects (`consistent`): it is false when they did not within the timeout, or when the
+        hub cannot say where its events are (a resend answered from an old receipt)."""
         subject = f"wingsmith.cmd.{command.subject}"
         raw = await nats_bus.request(
             self.nc, subject, command.model_dump_json().encode(), self.command_timeout
         )
         reply: dict[str, Any] = orjson.loads(raw)
         if reply.get("ok"):
-            reply["consistent"] = await self.caught_up(reply.get("position"))
+            position = reply.get("position")
+            unknown = position is None and reply["result"]["events"]
+            reply["consistent"] = not unknown and await self.caught_up(position)
         return reply
 
     async def caught_up(self, position: int | None) -> bool:
         """Wait until the projector has folded `position` and this mirror has every view change
-        it published up to there (the projector publishes changes before its progress)."""
+        published up to there (the projector publishes its progress only once they are stored).
+        False if that does not happen in time, or NATS fails meanwhile: the command stands."""
         try:
             async with asyncio.timeout(self.consistency_timeout):
                 if position is not None:
-                    while await self._projected() < position:
-                        await asyncio.sleep(0.01)
+                    await self._until(lambda: self.projected >= position)
                 target = await nats_bus.last_seq(self.nc, nats_bus.VIEWS_STREAM)
-                while self.views.seq < target:
-                    await self._advanced.wait()
-        except TimeoutError:
+                await self._until(lambda: self.views.seq >= target)
+        except (TimeoutError, nats_bus.NatsError):
             return False
         return True
 
-    async def _projected(self) -> int:
-        progress = await nats_bus.projector_progress(self.nc)
-        return int(progress["position"]) if progress else 0
+    async def _until(self, reached: Callable[[], bool]) -> None:
+        while not reached():
+            await self._advanced.wait()
 
     async def history(
-        self, subject: str, since: int, limit: int
-    ) -> AsyncIterator[nats_bus.StreamMessage]:
-        """Up to `limit` events on `subject` from stream sequence `since`."""
+        self, subject: str, since: int
+    ) -> AsyncGenerator[nats_bus.StreamMessage, None]:
+        """Events on `subject` from stream sequence `since`, to the end of the stream."""
         stream = nats_bus.read_stream(
             self.nc, nats_bus.EVENTS_STREAM, subject, follow=False, start=since
         )
-        count = 0
         async with contextlib.aclosing(stream):
             async for message in stream:
                 yield message
-                count += 1
-                if count >= limit:
-                    return

@@ -6,10 +6,10 @@ with its problem, and `field` names the first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://wingsmith.dev/problems/"
@@ -33,15 +33,28 @@ STATUS: dict[str, int] = {
     "unsupported_media_type": 415,
     "validation_error": 422,
     "invalid_value": 422,
-    "wrong_writer": 403,
     "internal": 500,
     "unavailable": 503,
-    "timeout": 504,
 }
 
 
+class ProblemDocument(BaseModel):
+    """RFC 7807 problem details; `field` names the field at fault, `errors` lists every one."""
+
+    model_config = ConfigDict(extra="allow", title="Problem")
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    code: str
+    field: str | None = None
+    errors: list[dict[str, str]] | None = None
+
+
 class Problem(Exception):
-    """An error to answer with: a code from STATUS, a sentence, and the field at fault."""
+    """An error to answer with: a code from STATUS, a sentence, the field at fault, and any
+    details (`candidates`, `limit`, …) beside them."""
 
     def __init__(
         self,
@@ -50,11 +63,11 @@ class Problem(Exception):
         *,
         field: str | None = None,
         errors: Sequence[dict[str, Any]] = (),
-        **extra: Any,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.code, self.detail, self.field = code, detail, field
-        self.errors, self.extra = list(errors), extra
+        self.errors, self.details = list(errors), dict(details or {})
 
     @property
     def status(self) -> int:
@@ -73,36 +86,39 @@ class Problem(Exception):
             body["field"] = self.field
         if self.errors:
             body["errors"] = self.errors
-        return body | self.extra
+        return self.details | body  # a detail never hides a member of the problem itself
 
     @classmethod
-    def from_hub(cls, error: dict[str, Any], fields: dict[str, str] | None = None) -> Problem:
-        """The hub's error reply as a problem. `fields` renames command fields to what the
-        request called them (a path parameter, say)."""
+    def from_hub(cls, error: dict[str, Any], renamed: Mapping[str, str]) -> Problem:
+        """The hub's error reply as a problem; `renamed` gives command fields the name the
+        request used for them (a path parameter, say)."""
         details = dict(error.get("details") or {})
-        rename = fields or {}
         field = details.pop("field", None)
         errors = [
-            e | {"field": rename.get(e["field"], e["field"])} for e in details.pop("errors", [])
+            e | {"field": renamed.get(e["field"], e["field"])} for e in details.pop("errors", [])
         ]
         if field is None and errors:
             field = errors[0]["field"]
         return cls(
             str(error.get("code", "internal")),
             str(error.get("message", "the hub refused the command")),
-            field=rename.get(field, field) if field else None,
+            field=renamed.get(field, field) if field else None,
             errors=errors,
-            **details,
+            details=details,
         )
 
     @classmethod
-    def from_validation(cls, error: ValidationError, where: str = "") -> Problem:
-        """A pydantic error as a problem: `where` prefixes every field (`query.`, say)."""
-        errors = [
-            {"field": where + (".".join(str(p) for p in e["loc"]) or "(body)"), "problem": e["msg"]}
-            for e in error.errors()
+    def invalid(cls, errors: Iterable[tuple[Sequence[int | str], str]]) -> Problem:
+        """A validation failure from (location, message) pairs; the first names the field."""
+        listed = [
+            {"field": ".".join(str(p) for p in loc) or "(body)", "problem": message}
+            for loc, message in errors
         ]
+        summary = "; ".join(f"{e['field']}: {e['problem']}" for e in listed[:5])
+        return cls("validation_error", summary, field=listed[0]["field"], errors=listed)
+
+    @classmethod
+    def from_validation(cls, error: ValidationError) -> Problem:
         if any(e["type"] == "json_invalid" for e in error.errors()):
-            return cls("invalid_json", f"the body is not valid JSON: {errors[0]['problem']}")
-        summary = "; ".join(f"{e['field']}: {e['problem']}" for e in errors[:5])
-        return cls("validation_error", summary, field=errors[0]["field"], errors=errors)
+            return cls("invalid_json", f"the body is not valid JSON: {error.errors()[0]['msg']}")
+        return cls.invalid((e["loc"], e["msg"]) for e in error.errors())

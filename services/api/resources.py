@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from domain.deployment import AdmissionPhase
+from domain.discovery import DiscoveryState
 from domain.values import is_name
 from projections.base import View
 from services.api.problems import Problem
@@ -29,7 +31,7 @@ def _one(kind: str, ref: str, matches: list[str]) -> str:
             "ambiguous_reference",
             f"{ref!r} names {len(matches)} {kind}s: use one of their ids",
             field="ref",
-            candidates=sorted(matches),
+            details={"candidates": sorted(matches)},
         )
     return matches[0]
 
@@ -59,17 +61,15 @@ def discovery_id(views: Views, ref: str) -> str:
     `<name>`, `<namespace>/<name>` or `<cluster>/<namespace>/<name>`."""
     if views.get("discovered", ref):
         return ref
-    matches = [
-        v["discovery_id"]
-        for v in views.all("discovered")
-        if ref
-        in (
-            v["name"],
-            f"{v['namespace']}/{v['name']}",
-            f"{v['cluster_id']}/{v['namespace']}/{v['name']}",
-        )
-    ]
+    matches = [v["discovery_id"] for v in views.all("discovered") if ref in _names(v)]
     return _one("discovered model", ref, matches)
+
+
+def sighting(views: Views, key: str) -> View:
+    view = views.get("discovered", key)
+    if view is None:
+        raise Problem("not_found", f"no discovered model {key!r}", field="ref")
+    return view
 
 
 def _names(v: View) -> tuple[str, ...]:
@@ -82,8 +82,19 @@ def cluster(views: Views, ref: str) -> dict[str, Any]:
     view = views.get("clusters", ref)
     if view is None:
         raise Problem("not_found", f"no cluster {ref!r}", field="ref")
-    capacity = [row for row in views.all("capacity") if row["cluster_id"] == ref]
-    return view | {"capacity": sorted(capacity, key=lambda row: row["device_class"])}
+    return view | {"capacity": capacity(views, cluster=ref)}
+
+
+def capacity(
+    views: Views, *, cluster: str | None = None, device_class: str | None = None
+) -> list[View]:
+    """Devices per cluster and class: total, allocated, reserved by admission, free."""
+    rows = [
+        row
+        for row in views.all("capacity")
+        if cluster in (None, row["cluster_id"]) and device_class in (None, row["device_class"])
+    ]
+    return sorted(rows, key=lambda row: (row["cluster_id"], row["device_class"]))
 
 
 def clusters(views: Views) -> list[dict[str, Any]]:
@@ -94,7 +105,9 @@ def project(views: Views, name: str) -> dict[str, Any]:
     """A project's quota and use per device class."""
     rows = [row for row in views.all("quota_use") if row["project"] == name]
     if not rows:
-        raise Problem("not_found", f"no project {name!r} (a project exists once a quota is set)")
+        raise Problem(
+            "not_found", f"no project {name!r} (a project exists once a quota is set)", field="ref"
+        )
     return {"project": name, "quotas": _sorted(rows, "device_class")}
 
 
@@ -141,7 +154,7 @@ def workload(views: Views, key: str) -> dict[str, Any]:
     view = views.get("workloads", key)
     if view is None:
         raise Problem("not_found", f"no workload {key!r}", field="ref")
-    phases = views.get("workload_phase", key) or {"phase": "pending", "deployments": {}}
+    phases = views.get("workload_phase", key) or {"phase": AdmissionPhase.PENDING}
     return view | {
         "phase": phases["phase"],
         "deployments": [_placement(views, d) for d in sorted(view["deployments"].values())],
@@ -179,7 +192,8 @@ def discovered(
     return [
         v
         for v in _sorted(views.all("discovered"), "discovery_id")
-        if (include_ignored or v["state"] != "ignored") and cluster in (None, v["cluster_id"])
+        if (include_ignored or v["state"] != DiscoveryState.IGNORED)
+        and cluster in (None, v["cluster_id"])
     ]
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import uvicorn
 
@@ -20,32 +21,65 @@ class _Server(uvicorn.Server):
         yield  # the program that runs the API handles signals and stops it
 
 
+@dataclass(frozen=True)
+class Serving:
+    url: str
+    task: asyncio.Task[None]  # the server: it ends only if it fails
+
+
 @contextlib.asynccontextmanager
 async def serving(
     nc: nats_bus.Connection, tokens: Tokens, host: str, port: int
-) -> AsyncIterator[str]:
-    """The API on host:port (0: any free port) until the block ends; yields its base URL."""
+) -> AsyncIterator[Serving]:
+    """The API on host:port (0: any free port) until the block ends, once its views are
+    loaded."""
     gateway = Gateway(nc)
-    mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
-    async with asyncio.timeout(60):  # answer nothing before the views are there
-        await gateway.ready.wait()
-    listener = socket.create_server((host, port), reuse_port=False)
-    config = uvicorn.Config(
-        create_app(gateway, tokens), lifespan="off", access_log=False, log_level="warning"
-    )
-    server = _Server(config)
-    serve = asyncio.create_task(server.serve(sockets=[listener]), name="wingsmith-api")
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
+        stack.push_async_callback(_cancelled, mirror)
+        async with asyncio.timeout(60):
+            await gateway.ready.wait()
+        listener = _listen(host, port)
+        stack.callback(listener.close)
+        config = uvicorn.Config(
+            create_app(gateway, tokens), lifespan="off", access_log=False, log_level="warning"
+        )
+        server = _Server(config)
+        task = asyncio.create_task(server.serve(sockets=[listener]), name="wingsmith-api")
+        stack.push_async_callback(_stopped, server, task)
         while not server.started:
-            if serve.done():
-                await serve  # raises what stopped it
+            if task.done():
+                await task  # raises what stopped it
                 raise RuntimeError("the API server stopped while starting")
             await asyncio.sleep(0.02)
         bound_host, bound_port = listener.getsockname()[:2]
-        yield f"http://{bound_host}:{bound_port}"
-    finally:
-        server.should_exit = True
-        await asyncio.gather(serve, return_exceptions=True)
-        mirror.cancel()
-        await asyncio.gather(mirror, return_exceptions=True)
+        yield Serving(f"http://{bound_host}:{bound_port}", task)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _stopped(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    """Finish the requests in hand, then stop."""
+    server.should_exit = True
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; an address in use is an OSError here, not uvicorn's exit. Made
+    with its protocol named, so asyncio turns Nagle off on every connection (else each response
+    waits 40 ms for the client's delayed acknowledgement)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(1024)
+    except OSError as e:
         listener.close()
+        raise OSError(f"the API cannot listen on {host}:{port}: {e.strerror}") from None
+    return listener

@@ -117,8 +117,8 @@ async def the_api_serves_as_its_own_user(hub: Settings) -> None:
     )
     auth = {"Authorization": f"Bearer {token}"}
     async with (
-        running_api(settings) as base,
-        httpx.AsyncClient(base_url=base, headers=auth, timeout=20) as http,
+        running_api(settings) as api,
+        httpx.AsyncClient(base_url=api.url, headers=auth, timeout=20) as http,
     ):
         assert (await http.get("/v1/deployments/chat")).json()["admission_phase"] == "running"
         history = (await http.get("/v1/events", params={"aggregate": "workload:chat"})).json()

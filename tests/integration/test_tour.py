@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,23 +40,50 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+class System:
+    """`wingsmith up` as `make run` starts it, its output collected as it comes."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        simulated = [arg for spec in make_run_clusters() for arg in ("--simulated", spec)]
+        self.process = subprocess.Popen(
+            [*WINGSMITH, "up", *simulated],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert self.process.poll() is None, "".join(self.lines)
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{''.join(self.lines)}"
+            time.sleep(0.1)
+
+    def stop(self) -> str:
+        self.process.terminate()
+        self.process.wait(30)
+        self._reader.join(10)
+        return "".join(self.lines)
+
+
 @pytest.fixture
-def system(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    simulated = [arg for spec in make_run_clusters() for arg in ("--simulated", spec)]
-    process = subprocess.Popen(
-        [*WINGSMITH, "up", *simulated],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    for _ in range(3):  # hub ready, rest api, simulated clusters
-        line = process.stdout.readline()
-    assert "simulated clusters" in line, line
-    yield process
-    process.terminate()
-    process.wait(30)
+def system(env: dict[str, str]) -> Iterator[System]:
+    running = System(env)
+    try:
+        running.wait_for("simulated clusters")
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.stop()
 
 
 def run(env: dict[str, str], args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -74,7 +102,7 @@ def until(
         time.sleep(0.3)
 
 
-def test_the_readme_tour(system: subprocess.Popen[str], env: dict[str, str]) -> None:
+def test_the_readme_tour(system: System, env: dict[str, str]) -> None:
     steps = tour()
     assert [s[0] for s in steps] == [
         "clusters", "projects", "workloads", "deployments", "sim-fault", "discovered",
@@ -101,7 +129,6 @@ def test_the_readme_tour(system: subprocess.Popen[str], env: dict[str, str]) -> 
     assert "engine_args: [] → " in outputs[10]
     assert "the live views equal the rebuild" in outputs[11]
 
-    system.terminate()
-    log = system.communicate(timeout=30)[0]
+    log = system.stop()
     for phase in ("pending -> admitted", "admitted -> placed", "placed -> running"):
         assert re.search(rf"deployment llama-8b--\w+: {phase}", log), log

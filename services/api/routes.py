@@ -1,0 +1,462 @@
+"""The `/v1` endpoints: each write is one command, each read is composed from views.
+
+The concept document's paths are kept exactly: `POST /v1/deployments/{ref}/authority` with
+`{"authority": "managed"}`, and `/v1/discovered` with `/track`, `/ignore` and `/promote`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from adapters import nats_bus
+from domain.deployment import AdmissionPhase
+from projections.audit import Timeline
+from services import commands as c
+from services.api import resources as r
+from services.api.gateway import Gateway, Views
+from services.api.problems import Problem
+
+MAX_BODY = 64 * 1024
+HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")
+AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>[-_:A-Za-z0-9]{1,400}))?$")
+# command fields that the path gives, by the name the path gives them
+WORKLOAD_REF = {"workload_id": "ref"}
+DEPLOYMENT_REF = {"deployment_id": "ref"}
+DISCOVERY_REF = {"discovery_id": "ref"}
+
+
+def body_model(command: type[c.Command], *, without: tuple[str, ...] = ()) -> type[BaseModel]:
+    """A request body with the command's fields, less the ones the path or headers give."""
+    skip = {"command_id", "correlation_id", *without}
+    fields: dict[str, Any] = {
+        name: (info.annotation, info)
+        for name, info in command.model_fields.items()
+        if name not in skip
+    }
+    return create_model(
+        f"{command.__name__}Request",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__=command.__doc__,
+        **fields,
+    )
+
+
+CreateWorkloadBody = body_model(c.CreateWorkload)
+ScaleBody = body_model(c.ScaleWorkload, without=("workload_id",))
+ServingBody = body_model(c.ChangeServingConfig, without=("workload_id",))
+AuthorityBody = body_model(c.PromoteAuthority, without=("deployment_id",))
+EngineArgsBody = body_model(c.SetEngineArgs, without=("deployment_id",))
+PromoteBody = body_model(c.PromoteDiscovery, without=("discovery_id",))
+QuotaBody = body_model(c.SetQuota, without=("project", "device_class"))
+ClusterBody = body_model(c.RegisterCluster)
+BODIES: list[type[BaseModel]] = [
+    CreateWorkloadBody,
+    ScaleBody,
+    ServingBody,
+    AuthorityBody,
+    EngineArgsBody,
+    PromoteBody,
+    QuotaBody,
+    ClusterBody,
+]
+
+BEARER = HTTPBearer(auto_error=False, description="A token from WINGSMITH_API_TOKENS")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+
+
+def _holder(request: Request, credentials: Credentials, *, write: bool) -> str:
+    token = credentials.credentials if credentials else None
+    name: str = request.app.state.tokens.check(token, write=write)
+    return name
+
+
+def _reader(request: Request, credentials: Credentials) -> str:
+    return _holder(request, credentials, write=False)
+
+
+def _writer(request: Request, credentials: Credentials) -> str:
+    return _holder(request, credentials, write=True)
+
+
+READ = [Depends(_reader)]
+Writer = Annotated[str, Depends(_writer)]
+Ref = Annotated[str, Path(min_length=1, max_length=400, description="An id or a readable name")]
+
+router = APIRouter(prefix="/v1")
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _views(request: Request) -> Views:
+    return _gateway(request).views  # the gateway swaps its mirror after a restart
+
+
+async def _act(
+    request: Request,
+    holder: str,
+    command: type[c.Command],
+    fields: Mapping[str, Any],
+    body: type[BaseModel] | None = None,
+    renamed: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Send the command made of `fields`, the request's body and its headers; the hub's reply,
+    or its refusal as a problem (`renamed` gives command fields their names in the path)."""
+    values = dict(fields)
+    if body is not None:
+        values |= (await _read_body(request, body)).model_dump()
+    values |= _ids(request, holder)
+    try:
+        cmd = command.model_validate(values)
+    except ValidationError as e:
+        raise Problem.from_validation(e) from None
+    try:
+        reply = await _gateway(request).send(cmd)
+    except (TimeoutError, nats_bus.NatsError) as e:
+        raise Problem("unavailable", f"the hub did not answer ({e}): resend it") from None
+    if not reply.get("ok"):
+        raise Problem.from_hub(reply["error"], renamed or {})
+    return reply
+
+
+def _answer(
+    reply: dict[str, Any], render: Callable[[], Any], status: int = 200, **headers: str
+) -> JSONResponse:
+    """The resource as it now is; 202 with the hub's result when the views do not show the
+    command yet (the change is stored either way)."""
+    if reply.get("duplicate"):
+        headers["Idempotent-Replayed"] = "true"
+    headers["Wingsmith-Command-Id"] = reply["result"]["command_id"]
+    if not reply["consistent"]:
+        return JSONResponse({"result": reply["result"], "consistent": False}, 202, headers)
+    return JSONResponse(render(), status, headers)
+
+
+async def _read_body(request: Request, model: type[BaseModel]) -> BaseModel:
+    media = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if media != "application/json":
+        raise Problem("unsupported_media_type", f"send application/json, not {media!r}")
+    raw = bytearray()
+    async for chunk in request.stream():  # stop reading as soon as it is too long
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise Problem("payload_too_large", f"the body is over {MAX_BODY} bytes")
+    try:
+        return model.model_validate_json(bytes(raw) or b"null", strict=True)
+    except ValidationError as e:
+        raise Problem.from_validation(e) from None
+
+
+def _ids(request: Request, holder: str) -> dict[str, str]:
+    """command_id from Idempotency-Key, else one naming the token's holder (so the history
+    says who); correlation_id from X-Correlation-Id."""
+    ids = {"command_id": request.headers.get("idempotency-key") or f"{holder}:{uuid.uuid4().hex}"}
+    correlation = request.headers.get("x-correlation-id")
+    given = (("Idempotency-Key", ids["command_id"]), ("X-Correlation-Id", correlation))
+    for header, value in given:
+        if value is not None and not HEADER_ID.match(value):
+            raise Problem(
+                "bad_request",
+                f"{header} must be 1-128 letters, digits and -_.: starting with a letter or digit",
+                field=f"header.{header}",
+            )
+    return ids | ({"correlation_id": correlation} if correlation else {})
+
+
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of an endpoint that reads `model` itself."""
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# Workloads
+
+
+@router.post(
+    "/workloads", status_code=201, tags=["workloads"], openapi_extra=_body(CreateWorkloadBody)
+)
+async def create_workload(request: Request, holder: Writer) -> JSONResponse:
+    """Declare a workload: placement spreads it over clusters (or it is pinned to one)."""
+    reply = await _act(request, holder, c.CreateWorkload, {}, CreateWorkloadBody)
+    key = reply["result"]["workload_id"]
+    render = lambda: r.workload(_views(request), key)  # noqa: E731
+    return _answer(reply, render, 201, Location=f"/v1/workloads/{key}")
+
+
+@router.get("/workloads", tags=["workloads"], dependencies=READ)
+async def list_workloads(
+    request: Request, project: str | None = None, phase: AdmissionPhase | None = None
+) -> dict[str, Any]:
+    found = r.workloads(_views(request), project=project, phase=phase)
+    return {"workloads": found}
+
+
+@router.get("/workloads/{ref}", tags=["workloads"], dependencies=READ)
+async def get_workload(request: Request, ref: Ref) -> dict[str, Any]:
+    return r.workload(_views(request), r.workload_id(_views(request), ref))
+
+
+@router.post("/workloads/{ref}/scale", tags=["workloads"], openapi_extra=_body(ScaleBody))
+async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Change the workload's total replicas; its deployments' shares follow."""
+    key = r.workload_id(_views(request), ref)
+    fields = {"workload_id": key}
+    reply = await _act(request, holder, c.ScaleWorkload, fields, ScaleBody, WORKLOAD_REF)
+    return _answer(reply, lambda: r.workload(_views(request), key))
+
+
+@router.put("/workloads/{ref}/serving", tags=["workloads"], openapi_extra=_body(ServingBody))
+async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Serve the workload differently: every deployment rolls out a new generation."""
+    key = r.workload_id(_views(request), ref)
+    fields = {"workload_id": key}
+    reply = await _act(request, holder, c.ChangeServingConfig, fields, ServingBody, WORKLOAD_REF)
+    return _answer(reply, lambda: r.workload(_views(request), key))
+
+
+@router.delete("/workloads/{ref}", status_code=202, tags=["workloads"])
+async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Delete the workload and its deployments; the operators remove what they rendered. The
+    answer is the hub's result: there is no resource left to show."""
+    key = r.workload_id(_views(request), ref)
+    fields = {"workload_id": key}
+    reply = await _act(request, holder, c.DeleteWorkload, fields, renamed=WORKLOAD_REF)
+    reply["consistent"] = True  # whether the views show it yet, the result says what was done
+    return _answer(reply, lambda: reply["result"], 202)
+
+
+# Deployments
+
+
+@router.get("/deployments", tags=["deployments"], dependencies=READ)
+async def list_deployments(
+    request: Request, workload: str | None = None, cluster: str | None = None
+) -> dict[str, Any]:
+    found = r.deployments(_views(request), workload=workload, cluster=cluster)
+    return {"deployments": found}
+
+
+@router.get("/deployments/{ref:path}", tags=["deployments"], dependencies=READ)
+async def get_deployment(request: Request, ref: Ref) -> dict[str, Any]:
+    return r.deployment(_views(request), r.deployment_id(_views(request), ref))
+
+
+async def _on_deployment(
+    request: Request,
+    holder: str,
+    ref: str,
+    command: type[c.Command],
+    body: type[BaseModel] | None = None,
+) -> JSONResponse:
+    key = r.deployment_id(_views(request), ref)
+    fields = {"deployment_id": key}
+    reply = await _act(request, holder, command, fields, body, DEPLOYMENT_REF)
+    return _answer(reply, lambda: r.deployment(_views(request), key))
+
+
+@router.post(
+    "/deployments/{ref:path}/authority",
+    tags=["deployments"],
+    openapi_extra=_body(AuthorityBody),
+)
+async def promote_authority(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Hand an observed deployment to its operator: `{"authority": "managed"}`."""
+    return await _on_deployment(request, holder, ref, c.PromoteAuthority, AuthorityBody)
+
+
+@router.post("/deployments/{ref:path}/enable", tags=["deployments"])
+async def enable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Let the operator reconcile the deployment again."""
+    return await _on_deployment(request, holder, ref, c.EnableDeployment)
+
+
+@router.post("/deployments/{ref:path}/disable", tags=["deployments"])
+async def disable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Scale the deployment to zero and stop reconciling it."""
+    return await _on_deployment(request, holder, ref, c.DisableDeployment)
+
+
+@router.put(
+    "/deployments/{ref:path}/engine-args",
+    tags=["deployments"],
+    openapi_extra=_body(EngineArgsBody),
+)
+async def set_engine_args(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Set the engine arguments the deployment should run with."""
+    return await _on_deployment(request, holder, ref, c.SetEngineArgs, EngineArgsBody)
+
+
+# Discovered models
+
+
+@router.get("/discovered", tags=["discovered"], dependencies=READ)
+async def list_discovered(
+    request: Request, include_ignored: bool = False, cluster: str | None = None
+) -> dict[str, Any]:
+    """Models found running that the plane did not declare; ignored ones only if asked."""
+    found = r.discovered(_views(request), include_ignored=include_ignored, cluster=cluster)
+    return {"discovered": found}
+
+
+@router.get("/discovered/{ref:path}", tags=["discovered"], dependencies=READ)
+async def get_discovered(request: Request, ref: Ref) -> dict[str, Any]:
+    return r.sighting(_views(request), r.discovery_id(_views(request), ref))
+
+
+async def _on_discovery(
+    request: Request, holder: str, ref: str, command: type[c.Command]
+) -> JSONResponse:
+    key = r.discovery_id(_views(request), ref)
+    reply = await _act(request, holder, command, {"discovery_id": key}, renamed=DISCOVERY_REF)
+    return _answer(reply, lambda: r.sighting(_views(request), key))
+
+
+@router.post("/discovered/{ref:path}/track", tags=["discovered"])
+async def track(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Keep it in the inventory, observed only; no deployment is created."""
+    return await _on_discovery(request, holder, ref, c.TrackDiscovery)
+
+
+@router.post("/discovered/{ref:path}/ignore", tags=["discovered"])
+async def ignore(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Not interesting: it leaves the default list."""
+    return await _on_discovery(request, holder, ref, c.IgnoreDiscovery)
+
+
+@router.post(
+    "/discovered/{ref:path}/promote",
+    status_code=201,
+    tags=["discovered"],
+    openapi_extra=_body(PromoteBody),
+)
+async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Adopt the model: a workload pinned to its cluster, with one observed deployment."""
+    key = r.discovery_id(_views(request), ref)
+    fields = {"discovery_id": key}
+    reply = await _act(request, holder, c.PromoteDiscovery, fields, PromoteBody, DISCOVERY_REF)
+    workload = reply["result"]["workload_id"]
+    render = lambda: r.workload(_views(request), workload)  # noqa: E731
+    return _answer(reply, render, 201, Location=f"/v1/workloads/{workload}")
+
+
+# Projects and quotas
+
+
+@router.get("/projects", tags=["projects"], dependencies=READ)
+async def list_projects(request: Request) -> dict[str, Any]:
+    return {"projects": r.projects(_views(request))}
+
+
+@router.get("/projects/{project}", tags=["projects"], dependencies=READ)
+async def get_project(request: Request, project: Ref) -> dict[str, Any]:
+    return r.project(_views(request), project)
+
+
+@router.put(
+    "/projects/{project}/quotas/{device_class}",
+    tags=["projects"],
+    openapi_extra=_body(QuotaBody),
+)
+async def set_quota(
+    request: Request, project: Ref, device_class: Ref, holder: Writer
+) -> JSONResponse:
+    """Set how many devices of one class the project's deployments may hold."""
+    fields = {"project": project, "device_class": device_class}
+    reply = await _act(request, holder, c.SetQuota, fields, QuotaBody)
+    return _answer(reply, lambda: r.project(_views(request), project))
+
+
+# Clusters and capacity
+
+
+@router.post("/clusters", status_code=201, tags=["clusters"], openapi_extra=_body(ClusterBody))
+async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
+    """Make a cluster known before its operator first reports."""
+    reply = await _act(request, holder, c.RegisterCluster, {}, ClusterBody)
+    key = reply["result"]["cluster_id"]
+    render = lambda: r.cluster(_views(request), key)  # noqa: E731
+    return _answer(reply, render, 201, Location=f"/v1/clusters/{key}")
+
+
+@router.get("/clusters", tags=["clusters"], dependencies=READ)
+async def list_clusters(request: Request) -> dict[str, Any]:
+    return {"clusters": r.clusters(_views(request))}
+
+
+@router.get("/clusters/{ref}", tags=["clusters"], dependencies=READ)
+async def get_cluster(request: Request, ref: Ref) -> dict[str, Any]:
+    return r.cluster(_views(request), ref)
+
+
+@router.get("/capacity", tags=["clusters"], dependencies=READ)
+async def capacity(
+    request: Request, cluster: str | None = None, device_class: str | None = None
+) -> dict[str, Any]:
+    """Devices per cluster and class: total, allocated, reserved by admission, free."""
+    return {"capacity": r.capacity(_views(request), cluster=cluster, device_class=device_class)}
+
+
+# Audit
+
+
+@router.get("/events", tags=["events"], dependencies=READ)
+async def events(
+    request: Request,
+    aggregate: Annotated[
+        str | None,
+        Query(
+            max_length=433, description="`<kind>:<id>` (e.g. `deployment:llama--east`) or a kind"
+        ),
+    ] = None,
+    correlation_id: Annotated[str | None, Query(max_length=128)] = None,
+    since: Annotated[int, Query(ge=1, le=2**53, description="Stream sequence")] = 1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """History, oldest first, each event with the fields it changed (before and after) and the
+    command that caused it. `next` is the `since` of the next page (null: none). One aggregate's
+    history is folded from its first event, so `before` is right on every page; a kind's, or
+    everything's, from `since`."""
+    subject, whole = _subject(aggregate)
+    timeline = Timeline()
+    entries: list[dict[str, Any]] = []
+    history = _gateway(request).history(subject, 1 if whole else since)
+    async with contextlib.aclosing(history):
+        async for message in history:
+            entry = timeline.apply(orjson.loads(message.data))
+            if entry is None or message.seq < since:
+                continue
+            if correlation_id not in (None, entry.correlation_id):
+                continue
+            if len(entries) == limit:
+                return {"events": entries, "next": message.seq}
+            entries.append(entry.as_dict() | {"seq": message.seq})
+    return {"events": entries, "next": None}
+
+
+def _subject(aggregate: str | None) -> tuple[str, bool]:
+    """The events' subject, and whether it is one aggregate's whole history (small enough to
+    fold from its first event)."""
+    if aggregate is None:
+        return "wingsmith.evt.>", False
+    match = AGGREGATE.match(aggregate)
+    if match is None:
+        raise Problem(
+            "validation_error",
+            f"{aggregate!r} is not `<kind>:<id>` or a kind (e.g. deployment:llama--east)",
+            field="query.aggregate",
+        )
+    if match["id"]:
+        return f"wingsmith.evt.{match['kind']}.{match['id']}.*", True
+    return f"wingsmith.evt.{match['kind']}.>", False

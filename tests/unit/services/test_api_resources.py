@@ -1,0 +1,156 @@
+"""The REST API's pure parts: `{ref}` resolution and resources over views, bearer tokens, and
+problem documents."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from services.api import resources as r
+from services.api.app import Tokens
+from services.api.problems import Problem
+
+
+class Views:
+    def __init__(self, **projections: dict[str, dict[str, Any]]) -> None:
+        self.projections = projections
+
+    def get(self, projection: str, key: str) -> dict[str, Any] | None:
+        return self.projections.get(projection, {}).get(key)
+
+    def all(self, projection: str) -> Iterable[dict[str, Any]]:
+        return list(self.projections.get(projection, {}).values())
+
+
+def health(deployment_id: str, cluster: str) -> dict[str, Any]:
+    workload = deployment_id.split("--")[0]
+    return {
+        "deployment_id": deployment_id,
+        "workload_id": workload,
+        "cluster_id": cluster,
+        "desired_replicas": 2,
+        "ready_replicas": 1,
+        "live_digests": {"svg_a": 1},
+        "admission": {"phase": "running", "reason": None},
+    }
+
+
+def sighting(cluster: str, namespace: str, name: str) -> dict[str, Any]:
+    key = f"{cluster}--{namespace}--{name}"
+    return {
+        "discovery_id": key,
+        "cluster_id": cluster,
+        "namespace": namespace,
+        "name": name,
+        "state": "sighted",
+    }
+
+
+VIEWS = Views(
+    workloads={
+        "llama": {"workload_id": "llama", "project": "p", "deployments": {"east": "llama--east"}},
+        "both": {
+            "workload_id": "both",
+            "project": "p",
+            "deployments": {"east": "both--east", "west": "both--west"},
+        },
+    },
+    deployment_health={
+        key: health(key, key.split("--")[1]) for key in ("llama--east", "both--east", "both--west")
+    },
+    discovered={
+        v["discovery_id"]: v
+        for v in (
+            sighting("east", "team-a", "qwen"),
+            sighting("west", "team-a", "qwen"),
+            sighting("west", "team-b", "mistral") | {"state": "ignored"},
+        )
+    },
+    allocations={
+        "llama--east--pod-1": {"replica_id": "llama--east--pod-1", "deployment_id": "llama--east"}
+    },
+    workload_phase={"llama": {"phase": "running"}},
+)
+
+
+@pytest.mark.parametrize("ref", ["llama--east", "llama/east", "llama@east", "llama"])
+def test_a_deployment_is_found_by_id_or_by_a_readable_name(ref: str) -> None:
+    assert r.deployment_id(VIEWS, ref) == "llama--east"
+
+
+def test_a_workload_with_two_deployments_does_not_name_one() -> None:
+    with pytest.raises(Problem) as refused:
+        r.deployment_id(VIEWS, "both")
+    assert (refused.value.code, refused.value.status) == ("ambiguous_reference", 409)
+    assert refused.value.details["candidates"] == ["both--east", "both--west"]
+
+
+@pytest.mark.parametrize(
+    ("ref", "found"),
+    [
+        ("east--team-a--qwen", "east--team-a--qwen"),
+        ("east/team-a/qwen", "east--team-a--qwen"),
+        ("mistral", "west--team-b--mistral"),
+        ("team-b/mistral", "west--team-b--mistral"),
+    ],
+)
+def test_a_discovered_model_is_found_by_id_or_by_its_objects_name(ref: str, found: str) -> None:
+    assert r.discovery_id(VIEWS, ref) == found
+
+
+def test_a_name_on_two_clusters_is_ambiguous_and_nothing_is_not_found() -> None:
+    with pytest.raises(Problem) as ambiguous:
+        r.discovery_id(VIEWS, "team-a/qwen")
+    assert ambiguous.value.details["candidates"] == ["east--team-a--qwen", "west--team-a--qwen"]
+    with pytest.raises(Problem) as missing:
+        r.discovery_id(VIEWS, "nothing")
+    assert (missing.value.status, missing.value.field) == (404, "ref")
+
+
+def test_a_workload_name_the_views_lack_is_left_for_the_hub_but_a_bad_one_is_not() -> None:
+    assert r.workload_id(VIEWS, "created-elsewhere") == "created-elsewhere"
+    with pytest.raises(Problem):
+        r.workload_id(VIEWS, "Not A Name")
+
+
+def test_resources_join_the_views() -> None:
+    deployment = r.deployment(VIEWS, "llama--east")
+    assert deployment["admission_phase"] == "running"
+    assert [x["replica_id"] for x in deployment["replicas"]] == ["llama--east--pod-1"]
+    workload = r.workload(VIEWS, "llama")
+    assert workload["phase"] == "running"
+    assert workload["deployments"][0]["live_digests"] == {"svg_a": 1}
+    assert r.workload(VIEWS, "both")["phase"] == "pending"  # no phase view yet
+    assert [d["name"] for d in r.discovered(VIEWS)] == ["qwen", "qwen"]
+    assert len(r.discovered(VIEWS, include_ignored=True)) == 3
+
+
+TOKENS = Tokens(writers={"w" * 20: "alice"}, readers={"r" * 20: "dashboard"})
+
+
+def test_tokens_say_who_and_what_they_may_do() -> None:
+    assert TOKENS.check("w" * 20, write=True) == "alice"
+    assert TOKENS.check("r" * 20, write=False) == "dashboard"
+    for token, write, code in (
+        (None, False, "unauthorized"),
+        ("", True, "unauthorized"),
+        ("w" * 19, True, "unauthorized"),
+        ("r" * 20, True, "forbidden"),
+    ):
+        with pytest.raises(Problem) as refused:
+            TOKENS.check(token, write=write)
+        assert refused.value.code == code
+
+
+def test_a_hub_error_becomes_a_problem_naming_the_requests_field() -> None:
+    error = {
+        "code": "not_found",
+        "message": "workload 'x' does not exist",
+        "details": {"field": "workload_id", "status": 999, "known": ["a"]},
+    }
+    problem = Problem.from_hub(error, {"workload_id": "ref"})
+    body = problem.body("/v1/workloads/x/scale")
+    assert (body["status"], body["field"], body["known"]) == (404, "ref", ["a"])
+    assert body["type"] == "https://wingsmith.dev/problems/not_found"
