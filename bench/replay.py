@@ -841,7 +841,11 @@ async def update_latency(seconds: float) -> None:
                 for k, v in os.environ.items()
                 if k not in ("WINGSMITH_PROJECTOR", "WINGSMITH_STORE", "WINGSMITH_NO_RELAY")
             }
-            env |= {"WINGSMITH_NATS_URL": server.url, "WINGSMITH_DATA_DIR": str(Path(tmp) / "hub")}
+            env |= {
+                "WINGSMITH_NATS_URL": server.url,
+                "WINGSMITH_DATA_DIR": str(Path(tmp) / "hub"),
+                "WINGSMITH_API_LISTEN": "127.0.0.1:0",  # `up` serves the REST API too
+            }
             hub = subprocess.Popen(
                 [sys.executable, "-m", "services.cli", "up"],
                 env=env,

@@ -49,6 +49,17 @@ async def plain_hub(nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIte
 
 
 @pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a `wingsmith` process as a person's shell has it: none of this
+    machine's WINGSMITH_ settings, its own data directory, the API on any free port."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WINGSMITH_")}
+    return clean | {
+        "WINGSMITH_DATA_DIR": str(tmp_path / "data"),
+        "WINGSMITH_API_LISTEN": "127.0.0.1:0",
+    }
+
+
+@pytest.fixture
 async def client(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
     nc = await nats.connect(nats_server.url)
     yield nc

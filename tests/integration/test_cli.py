@@ -4,7 +4,6 @@ defaults, commands with `wingsmith cmd`, events with `wingsmith events`, then SI
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import socket
@@ -28,15 +27,6 @@ def walkthrough() -> list[list[str]]:
     block = text.split("<!-- walkthrough")[1].split("<!-- /walkthrough -->")[0]
     lines = [line for line in block.splitlines() if line.startswith(".venv/bin/wingsmith ")]
     return [shlex.split(line)[1:] for line in lines]
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("WINGSMITH_")}
-    return clean | {
-        "WINGSMITH_DATA_DIR": str(tmp_path / "data"),
-        "WINGSMITH_API_LISTEN": "127.0.0.1:0",
-    }
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ placed → running, a model discovered and adopted, then its audit trail and a r
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -29,15 +28,6 @@ def tour() -> list[list[str]]:
 def make_run_clusters() -> list[str]:
     """The `--simulated` arguments of `make run`, as the Makefile has them."""
     return re.findall(r"--simulated (\S+)", (ROOT / "Makefile").read_text())
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("WINGSMITH_")}
-    return clean | {
-        "WINGSMITH_DATA_DIR": str(tmp_path / "data"),
-        "WINGSMITH_API_LISTEN": "127.0.0.1:0",
-    }
 
 
 class System:
