@@ -21,6 +21,7 @@ import httpx
 import orjson
 import yaml
 
+from domain.deployment import AdmissionPhase
 from domain.values import Backend, ServingMode
 from services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
 from services.terminal import Progress, table
@@ -151,7 +152,8 @@ def _workload_table(found: dict[str, Any]) -> str:
 
 
 async def _list_workloads(api: ApiClient, args: argparse.Namespace) -> str:
-    found = await api.call("GET", "/v1/workloads", params={"project": args.project})
+    params = {"project": args.project, "phase": args.phase}
+    found = await api.call("GET", "/v1/workloads", params=params)
     return _out(args, found, _workload_table)
 
 
@@ -406,27 +408,38 @@ async def _list_clusters(api: ApiClient, args: argparse.Namespace) -> str:
     return _out(args, await api.call("GET", "/v1/clusters"), _cluster_table)
 
 
-def add_commands(sub: Any) -> None:
-    """The resource commands, on the CLI's subparsers."""
-    json_flag = argparse.ArgumentParser(add_help=False)
-    json_flag.add_argument("--json", action="store_true", help="print the API's JSON")
+class _Nouns:
+    """Adds `wingsmith <noun> <verb>` commands, each with `--json`."""
 
-    def noun(name: str, help: str) -> Any:
-        return sub.add_parser(name, help=help).add_subparsers(required=True, metavar="ACTION")
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+        self.json_flag = argparse.ArgumentParser(add_help=False)
+        self.json_flag.add_argument("--json", action="store_true", help="print the API's JSON")
 
-    def verb(
-        group: Any, name: str, run: Any, help: str, **defaults: Any
-    ) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = group.add_parser(name, help=help, parents=[json_flag])
+    def noun(self, name: str, help: str) -> Any:
+        return self.sub.add_parser(name, help=help).add_subparsers(required=True, metavar="ACTION")
+
+    def verb(self, group: Any, name: str, run: Any, help: str, **defaults: Any) -> Any:
+        parser = group.add_parser(name, help=help, parents=[self.json_flag])
         parser.set_defaults(run=_command(run), **defaults)
         return parser
 
-    workloads = noun("workloads", "declare, scale, change and delete workloads (REST API)")
-    listed = verb(workloads, "list", _list_workloads, "every workload with its phase")
+
+def add_commands(sub: Any) -> None:
+    """The resource commands, on the CLI's subparsers."""
+    nouns = _Nouns(sub)
+    for add in (_workloads, _deployments, _discovered, _projects, _clusters):
+        add(nouns)
+
+
+def _workloads(cli: _Nouns) -> None:
+    workloads = cli.noun("workloads", "declare, scale, change and delete workloads (REST API)")
+    listed = cli.verb(workloads, "list", _list_workloads, "every workload with its phase")
     listed.add_argument("--project")
-    got = verb(workloads, "get", _get, "one workload", collection="/v1/workloads")
+    listed.add_argument("--phase", choices=[p.value for p in AdmissionPhase])
+    got = cli.verb(workloads, "get", _get, "one workload", collection="/v1/workloads")
     got.add_argument("ref", help="the workload's name")
-    create = verb(workloads, "create", _create_workload, "declare a workload")
+    create = cli.verb(workloads, "create", _create_workload, "declare a workload")
     create.add_argument("workload_id", metavar="NAME", nargs="?")
     create.add_argument("--project")
     create.add_argument("--device-class", help="e.g. NVIDIA-H100-80GB-HBM3")
@@ -434,62 +447,70 @@ def add_commands(sub: Any) -> None:
     create.add_argument("--cluster", help="pin it to this cluster")
     _serving_flags(create, file="the whole request (JSON or YAML; - for stdin)")
     _wait_flags(create)
-    scale = verb(workloads, "scale", _scale, "change the total replicas")
+    scale = cli.verb(workloads, "scale", _scale, "change the total replicas")
     scale.add_argument("ref", help="the workload's name")
     scale.add_argument("replicas", type=int)
     _wait_flags(scale)
-    serving = verb(workloads, "serving", _serving, "change the serving config (a rollout)")
+    serving = cli.verb(workloads, "serving", _serving, "change the serving config (a rollout)")
     serving.add_argument("ref", help="the workload's name")
     _serving_flags(serving, file="the serving config (JSON or YAML; - for stdin)")
     _wait_flags(serving)
-    delete = verb(workloads, "delete", _delete, "delete it and its deployments")
+    delete = cli.verb(workloads, "delete", _delete, "delete it and its deployments")
     delete.add_argument("ref", help="the workload's name")
 
-    deployments = noun("deployments", "deployments: status, replicas, authority (REST API)")
-    listed = verb(deployments, "list", _list_deployments, "every deployment, with its status")
+
+def _deployments(cli: _Nouns) -> None:
+    deployments = cli.noun("deployments", "deployments: status, replicas, authority (REST API)")
+    listed = cli.verb(deployments, "list", _list_deployments, "every deployment and its status")
     listed.add_argument("--workload")
     listed.add_argument("--cluster")
-    got = verb(deployments, "get", _get, "one deployment", collection="/v1/deployments")
+    got = cli.verb(deployments, "get", _get, "one deployment", collection="/v1/deployments")
     got.add_argument("ref", help="an id (llama--east) or llama/east, or a workload's name")
     for action, help in (("enable", "reconcile it again"), ("disable", "scale it to zero")):
-        verb(deployments, action, _deployment_action, help, action=action).add_argument("ref")
-    promote = verb(
+        cli.verb(deployments, action, _deployment_action, help, action=action).add_argument("ref")
+    promote = cli.verb(
         deployments, "promote", _deployment_action, "observed -> managed", action="authority"
     )
     promote.add_argument("ref")
     promote.add_argument("--force", action="store_true", help="even if engine_args differ")
-    args = verb(
+    args = cli.verb(
         deployments, "engine-args", _deployment_action, "set engine args", action="engine-args"
     )
     args.add_argument("ref")
     args.add_argument("engine_args", nargs="*", metavar="ARG", help="after --, e.g. -- --foo 1")
 
-    discovered = noun("discovered", "models found running that nobody declared (REST API)")
-    listed = verb(discovered, "list", _list_discovered, "sightings (not ignored ones)")
+
+def _discovered(cli: _Nouns) -> None:
+    discovered = cli.noun("discovered", "models found running that nobody declared (REST API)")
+    listed = cli.verb(discovered, "list", _list_discovered, "sightings (not ignored ones)")
     listed.add_argument("--all", action="store_true", help="ignored ones too")
     listed.add_argument("--cluster")
-    got = verb(discovered, "get", _get, "one sighting", collection="/v1/discovered")
+    got = cli.verb(discovered, "get", _get, "one sighting", collection="/v1/discovered")
     got.add_argument("ref", help="an id, or the object's name (namespace/name)")
     for action, help in (("track", "keep it, observed only"), ("ignore", "hide it")):
-        verb(discovered, action, _discovered_action, help, action=action).add_argument("ref")
-    adopt = verb(discovered, "promote", _discovered_action, "adopt it", action="promote")
+        cli.verb(discovered, action, _discovered_action, help, action=action).add_argument("ref")
+    adopt = cli.verb(discovered, "promote", _discovered_action, "adopt it", action="promote")
     adopt.add_argument("ref")
     adopt.add_argument("--project", required=True)
     adopt.add_argument("--workload-id", help="default: the object's name")
     adopt.add_argument("--device-class", help="default: the cluster's one class")
 
-    projects = noun("projects", "projects and their quotas (REST API)")
-    verb(projects, "list", _list_projects, "quota and use per device class")
-    got = verb(projects, "get", _get, "one project", collection="/v1/projects")
+
+def _projects(cli: _Nouns) -> None:
+    projects = cli.noun("projects", "projects and their quotas (REST API)")
+    cli.verb(projects, "list", _list_projects, "quota and use per device class")
+    got = cli.verb(projects, "get", _get, "one project", collection="/v1/projects")
     got.add_argument("ref", metavar="project")
-    quota = verb(projects, "quota", _quota, "set a quota")
+    quota = cli.verb(projects, "quota", _quota, "set a quota")
     quota.add_argument("project")
     quota.add_argument("device_class")
     quota.add_argument("devices", type=int)
 
-    clusters = noun("clusters", "clusters, their operators and capacity (REST API)")
-    verb(clusters, "list", _list_clusters, "every cluster with its devices")
-    got = verb(clusters, "get", _get, "one cluster", collection="/v1/clusters")
+
+def _clusters(cli: _Nouns) -> None:
+    clusters = cli.noun("clusters", "clusters, their operators and capacity (REST API)")
+    cli.verb(clusters, "list", _list_clusters, "every cluster with its devices")
+    got = cli.verb(clusters, "get", _get, "one cluster", collection="/v1/clusters")
     got.add_argument("ref", metavar="cluster")
 
 

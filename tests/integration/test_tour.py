@@ -4,6 +4,7 @@ placed → running, a model discovered and adopted, then its audit trail and a r
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -118,6 +119,16 @@ def test_the_readme_tour(system: System, env: dict[str, str]) -> None:
     assert "authority: managed" in outputs[9] and "drift: null" in outputs[9]
     assert "engine_args: [] → " in outputs[10]
     assert "the live views equal the rebuild" in outputs[11]
+
+    listed = run(env, ["workloads", "list", "--phase", "running", "--json"])
+    names = [w["workload_id"] for w in json.loads(listed.stdout)["workloads"]]
+    assert sorted(names) == ["llama-8b", "qwen-chat"]
+    missing = run(env, ["deployments", "get", "nothing"])
+    assert missing.returncode == 2 and "404 not_found (ref)" in missing.stderr
+    refused = run(env, ["workloads", "scale", "llama-8b", "-1"])
+    assert refused.returncode == 2 and "validation_error (replicas)" in refused.stderr
+    gone = run(env, ["workloads", "delete", "llama-8b"])
+    assert gone.returncode == 0 and "deleted llama-8b" in gone.stdout
 
     log = system.stop()
     for phase in ("pending -> admitted", "admitted -> placed", "placed -> running"):
