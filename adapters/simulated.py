@@ -175,7 +175,7 @@ class SimulatedCluster:
         async def on_request(msg: Msg) -> None:
             try:
                 reply = await self._fault(msg.data)
-            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError) as e:
+            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
                 reply = {"ok": False, "error": f"not a fault request: {e}"}
             await msg.respond(orjson.dumps(reply))
 
@@ -302,11 +302,14 @@ class SimulatedCluster:
             "serving_digest": "worker",  # names its pods <name>-worker-…
         }
         self.pods.setdefault(owner, {})
+        started: list[Pod] = []
         for _ in range(replicas):
-            if await self._start(owner, want) is None:
-                for pod in list(self.pods[owner].values()):  # all or nothing
-                    await self._terminate(owner, pod)
+            new = await self._start(owner, want)
+            if new is None:
+                for each in started:  # all or nothing
+                    await self._terminate(owner, each)
                 return {"ok": False, "error": "replicas: not enough free devices"}
+            started.append(new)
         self.foreign[key] = {
             "namespace": namespace,
             "name": name,

@@ -288,6 +288,7 @@ async def running_api(
     try:
         host, port = settings.api_listen
         async with serving(nc, Tokens(writers, readers), host, port) as api:
+            settings.api_url_file.parent.mkdir(parents=True, exist_ok=True)
             settings.api_url_file.write_text(api.url)
             try:
                 yield api

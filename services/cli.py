@@ -379,10 +379,14 @@ async def _api(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     async with running_api(Settings.from_env()) as api:
         print(f"wingsmith rest api: {api.url}/v1", flush=True)
-        stopping = asyncio.create_task(stop.wait())
+        stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
         await asyncio.wait([stopping, api.task], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
-    return 0 if stop.is_set() else 1
+        if api.task.done():
+            error = None if api.task.cancelled() else api.task.exception()
+            logging.error("the API server stopped unexpectedly: %r", error)
+            return 1
+    return 0
 
 
 async def _projector(args: argparse.Namespace) -> int:

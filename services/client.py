@@ -55,14 +55,23 @@ class ApiClient:
         return cls(url.rstrip("/"), token)
 
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        *,
+        none_if_missing: bool = False,
     ) -> Any:
-        """The response's JSON; a problem (or no answer) raises RuntimeError saying what."""
+        """The response's JSON; a problem (or no answer) raises RuntimeError saying what (a
+        404 is None instead, if asked)."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             response = await self._http.request(method, path, json=body, params=query)
         except httpx.HTTPError as e:
             raise RuntimeError(f"cannot reach the API at {self.base_url}: {e}") from None
+        if response.status_code == 404 and none_if_missing:
+            return None
         if response.status_code >= 400:
             raise RuntimeError(_problem(response))
         return response.json()
@@ -107,7 +116,11 @@ def _command(run: Callable[[ApiClient, argparse.Namespace], Coroutine[Any, Any, 
 
 
 def _out(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> str:
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() if args.json else text(data)
+    """JSON with --json; else `text`, or the hub's result when the API answered with it (202:
+    the change is stored, the views do not show it yet)."""
+    if args.json:
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    return _fields(data) if data.get("consistent") is False else text(data)
 
 
 def _fields(resource: dict[str, Any], prefix: str = "") -> str:
@@ -252,7 +265,10 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
     bar = Progress(key, 1)
     try:
         while True:
-            workload = await api.call("GET", f"/v1/workloads/{key}")
+            workload = await api.call("GET", f"/v1/workloads/{key}", none_if_missing=True)
+            if workload is None:  # accepted, and not in the views yet
+                await asyncio.sleep(0.5)
+                continue
             wanted, digest = workload["replicas"], workload["serving_digest"]
             ready = sum(d["live_digests"].get(digest, 0) for d in workload["deployments"])
             note = ", ".join(map(_phase, workload["deployments"]))

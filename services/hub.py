@@ -103,7 +103,11 @@ class Submission:
     answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
 
     def __post_init__(self) -> None:
-        self.digest = hashlib.sha256(self.command.model_dump_json().encode()).hexdigest()[:32]
+        # what the command asks for: its subject and fields, not the chain it is part of, so a
+        # resend under a new correlation id is the same command, and another verb is not
+        cmd = self.command
+        said = cmd.subject + cmd.model_dump_json(exclude={"correlation_id"})
+        self.digest = hashlib.sha256(said.encode()).hexdigest()[:32]
 
     def cause(self) -> Cause:
         cmd = self.command

@@ -27,13 +27,13 @@ STATUS: dict[str, int] = {
     "illegal_transition": 409,
     "authority_drift": 409,
     "command_id_reused": 409,
-    "conflict": 409,
     "stale_placement": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "validation_error": 422,
     "invalid_value": 422,
     "internal": 500,
+    "conflict": 503,  # too many writers at once: nothing was stored; retry
     "unavailable": 503,
 }
 

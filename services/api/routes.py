@@ -125,7 +125,12 @@ async def _act(
     try:
         reply = await _gateway(request).send(cmd)
     except (TimeoutError, nats_bus.NatsError) as e:
-        raise Problem("unavailable", f"the hub did not answer ({e}): resend it") from None
+        raise Problem(
+            "unavailable",
+            f"the hub did not answer ({e}); it may have acted: resend with Idempotency-Key "
+            f"{cmd.command_id}",
+            details={"command_id": cmd.command_id},
+        ) from None
     if not reply.get("ok"):
         raise Problem.from_hub(reply["error"], renamed or {})
     return reply
@@ -387,7 +392,8 @@ async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
     reply = await _act(request, holder, c.RegisterCluster, {}, ClusterBody)
     key = reply["result"]["cluster_id"]
     render = lambda: r.cluster(_views(request), key)  # noqa: E731
-    return _answer(reply, render, 201, Location=f"/v1/clusters/{key}")
+    created = 201 if reply["result"]["events"] else 200  # it was registered already
+    return _answer(reply, render, created, Location=f"/v1/clusters/{key}")
 
 
 @router.get("/clusters", tags=["clusters"], dependencies=READ)

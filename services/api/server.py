@@ -52,8 +52,7 @@ async def serving(
                 await task  # raises what stopped it
                 raise RuntimeError("the API server stopped while starting")
             await asyncio.sleep(0.02)
-        bound_host, bound_port = listener.getsockname()[:2]
-        yield Serving(f"http://{bound_host}:{bound_port}", task)
+        yield Serving(_url(listener), task)
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
@@ -65,6 +64,14 @@ async def _stopped(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
     """Finish the requests in hand, then stop."""
     server.should_exit = True
     await asyncio.gather(task, return_exceptions=True)
+
+
+def _url(listener: socket.socket) -> str:
+    """Where a client on this machine reaches the listener (a wildcard address is not one)."""
+    host, port = listener.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if listener.family == socket.AF_INET else "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _listen(host: str, port: int) -> socket.socket:

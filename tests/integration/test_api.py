@@ -81,22 +81,24 @@ async def stored(hub: Hub) -> int:
     return int(await hub.store.run(hub.store.store.last_position))
 
 
-async def until(http: httpx.AsyncClient, path: str, field: str, value: Any) -> dict[str, Any]:
+async def until(http: httpx.AsyncClient, path: str, **fields: Any) -> dict[str, Any]:
+    """The resource at `path` once each of `fields` has the value given (the cluster reports
+    replicas and status separately: wait for all that a check needs)."""
     seen: dict[str, Any] = {}
 
     async def reached() -> bool:
         nonlocal seen
         seen = (await http.get(path)).json()
-        return bool(seen.get(field) == value)
+        return all(seen.get(name) == value for name, value in fields.items())
 
-    await wait_for(reached, 30, f"{path} {field} == {value!r}")
+    await wait_for(reached, 30, f"{path} {fields}")
     return seen
 
 
 async def test_a_workload_from_quota_to_running_to_deleted(
     hub: Hub, api: httpx.AsyncClient, east: None
 ) -> None:
-    await until(api, "/v1/clusters/east", "reachable", True)
+    await until(api, "/v1/clusters/east", reachable=True)
     quota = ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
     assert quota["quotas"][0] | {"quota": 8} == quota["quotas"][0]
 
@@ -106,15 +108,20 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert (body["workload_id"], body["replicas"]) == ("llama", 2)
     assert ok(await api.get("/v1/workloads/llama"))["project"] == "search"  # read your write
 
-    running = await until(api, "/v1/workloads/llama", "phase", "running")
+    running = await until(api, "/v1/workloads/llama", phase="running")
     assert running["deployments"][0]["deployment_id"] == "llama--east"
     listed = ok(await api.get("/v1/workloads", params={"project": "search", "phase": "running"}))
     assert [w["workload_id"] for w in listed["workloads"]] == ["llama"]
     assert ok(await api.get("/v1/workloads", params={"project": "other"}))["workloads"] == []
 
-    deployment = await until(api, "/v1/deployments/llama--east", "ready_replicas", 2)
-    assert deployment["status"]["phase"] == "ready"
-    assert deployment["live_digests"] == {running["serving_digest"]: 2}
+    ready = {"phase": "ready", "reason": None, "message": None, "ready_replicas": 2}
+    deployment = await until(
+        api,
+        "/v1/deployments/llama--east",
+        ready_replicas=2,
+        status=ready | {"desired_replicas": 2},
+        live_digests={running["serving_digest"]: 2},
+    )
     assert len(deployment["replicas"]) == 2
     assert all(len(replica["device_ids"]) == 1 for replica in deployment["replicas"])
     for ref in ("llama/east", "llama@east", "llama"):  # readable names for the same deployment
@@ -125,7 +132,7 @@ async def test_a_workload_from_quota_to_running_to_deleted(
 
     scaled = ok(await api.post("/v1/workloads/llama/scale", json={"replicas": 3}))
     assert scaled["replicas"] == 3
-    await until(api, "/v1/deployments/llama", "ready_replicas", 3)
+    await until(api, "/v1/deployments/llama", ready_replicas=3)
 
     serving = LLAMA | {"engine_version": "0.9.3"}
     changed = ok(await api.put("/v1/workloads/llama/serving", json={"serving": serving}))
@@ -158,7 +165,7 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert ok(deleted, 202)["deployments"] == ["llama--east"]
     assert (await api.get("/v1/workloads/llama")).status_code == 404
     free = {"cluster_id": "east", "device_class": "H100", "total": 16, "allocated": 0}
-    await until(api, "/v1/clusters/east", "capacity", [free | {"reserved": 0, "free": 16}])
+    await until(api, "/v1/clusters/east", capacity=[free | {"reserved": 0, "free": 16}])
 
 
 async def test_discovered_model_is_tracked_ignored_promoted_and_taken_over(

@@ -306,3 +306,15 @@ async def test_concurrent_commands_on_one_deployment_lose_no_update(
         return len(await stream_ids(client)) == 6 + 200  # the seed's six events, then ours
 
     await wait_for(relayed, what="every event on the stream")
+
+
+async def test_a_command_id_is_one_command_whatever_its_correlation_but_not_another_verb(
+    hub: Hub, client: Client
+) -> None:
+    deployment_id = await seed_deployment(client, "verb")
+    body = {"command_id": "one-key", "deployment_id": deployment_id}
+    first = await send(client, "deployment.disable", body | {"correlation_id": "try-1"})
+    again = await send(client, "deployment.disable", body | {"correlation_id": "try-2"})
+    assert first["ok"] and again["duplicate"]  # a retry under a new correlation id
+    other = await send(client, "deployment.enable", body)
+    assert other["error"]["code"] == "command_id_reused"  # same fields, another command
