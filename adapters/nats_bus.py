@@ -387,6 +387,17 @@ async def read_stream(
             await sub.unsubscribe()
 
 
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a task and wait until it has ended. nats-py waits with asyncio.wait_for, which on
+    Python 3.11 can swallow a cancellation that lands while it completes, so a task reading from
+    NATS is cancelled again until it ends."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.5)
+    with contextlib.suppress(BaseException):
+        task.result()
+
+
 async def last_seq(nc: Client, stream: str) -> int:
     """The sequence of the stream's latest message."""
     return int((await nc.jetstream().stream_info(stream)).state.last_seq)
@@ -521,11 +532,13 @@ async def projector_progress(nc: Client) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One observation handed to the hub, to settle once it has been handled."""
+    """One message from a durable consumer (an observation, a render message), to settle once
+    it has been handled."""
 
     subject: str
     data: bytes
     msg_id: str  # the operator's Nats-Msg-Id, else `<stream>:<sequence>`
+    position: int  # the store position a render message was computed at (0: none)
     _msg: Msg
 
     async def ack(self) -> None:
@@ -553,16 +566,7 @@ async def observation_batches(
                 msgs = await sub.fetch(batch, timeout=1.0)
             except TimeoutError:  # nothing new (nats-py raises its own or asyncio's)
                 continue
-            yield [
-                Delivery(
-                    m.subject,
-                    bytes(m.data),
-                    (m.headers or {}).get("Nats-Msg-Id")
-                    or f"{OBS_STREAM}:{m.metadata.sequence.stream}",
-                    m,
-                )
-                for m in msgs
-            ]
+            yield [_delivery(OBS_STREAM, m) for m in msgs]
     finally:
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
@@ -661,8 +665,10 @@ async def _consumer_gone(js: JetStreamContext, cluster_id: str) -> bool:
 
 
 def _delivery(stream: str, msg: Msg) -> Delivery:
-    msg_id = (msg.headers or {}).get("Nats-Msg-Id") or f"{stream}:{msg.metadata.sequence.stream}"
-    return Delivery(msg.subject, bytes(msg.data), msg_id, msg)
+    headers = msg.headers or {}
+    msg_id = headers.get("Nats-Msg-Id") or f"{stream}:{msg.metadata.sequence.stream}"
+    position = int(headers.get(POSITION_HEADER, 0))
+    return Delivery(msg.subject, bytes(msg.data), msg_id, position, msg)
 
 
 async def render_batches(

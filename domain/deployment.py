@@ -164,34 +164,29 @@ class Deployment(Aggregate):
     # -- plane-declared ---------------------------------------------------------------------
 
     def scale(self, cause: Cause, desired_replicas: int) -> None:
-        require_writer(cause, Writer.PLANE, "desired_replicas")
-        self._check_not_deleted()
+        self._check_plane(cause, "desired_replicas")
         _check_replicas(desired_replicas)
         if desired_replicas != self.desired_replicas:
             self._record(DeploymentScaled, cause, desired_replicas=desired_replicas)
 
     def enable(self, cause: Cause) -> None:
-        require_writer(cause, Writer.PLANE, "enabled")
-        self._check_not_deleted()
+        self._check_plane(cause, "enabled")
         if not self.enabled:
             self._record(DeploymentEnabled, cause)
 
     def disable(self, cause: Cause) -> None:
-        require_writer(cause, Writer.PLANE, "enabled")
-        self._check_not_deleted()
+        self._check_plane(cause, "enabled")
         if self.enabled:
             self._record(DeploymentDisabled, cause)
 
     def set_engine_args(self, cause: Cause, engine_args: tuple[str, ...]) -> None:
-        require_writer(cause, Writer.PLANE, "engine_args")
-        self._check_not_deleted()
+        self._check_plane(cause, "engine_args")
         if engine_args != self.engine_args:
             self._record(EngineArgsSet, cause, engine_args=engine_args)
 
     def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
         """A new serving configuration is a new generation; an equal one changes nothing."""
-        require_writer(cause, Writer.PLANE, "serving config")
-        self._check_not_deleted()
+        self._check_plane(cause, "serving config")
         digest = serving.digest()
         if digest == self.serving_digest:
             return False
@@ -206,8 +201,7 @@ class Deployment(Aggregate):
 
     def promote_authority(self, cause: Cause, *, force: bool = False) -> None:
         """observed -> managed, the one way authority ever changes."""
-        require_writer(cause, Writer.PLANE, "authority")
-        self._check_not_deleted()
+        self._check_plane(cause, "authority")
         if self.authority is Authority.MANAGED:
             return
         if self.imported_args is not None and self.imported_args != self.engine_args and not force:
@@ -233,8 +227,7 @@ class Deployment(Aggregate):
         that is placed or running changes only its grant (it scaled): its phase stays. A new
         generation waiting for the previous one keeps the grant the previous one had: the new
         one's replicas start inside it as the old ones release their devices."""
-        require_writer(cause, Writer.PLANE, "admission")
-        self._check_not_deleted()
+        self._check_plane(cause, "admission")
         if admitted == (reason is not None):
             raise InvalidValue(
                 "a deployment left pending needs a reason, and an admitted one has none",
@@ -270,11 +263,12 @@ class Deployment(Aggregate):
 
     def delete(self, cause: Cause) -> None:
         """Gone for good: its grant is released, and the operator takes down what runs."""
-        require_writer(cause, Writer.PLANE, "deletion")
-        self._check_not_deleted()
+        self._check_plane(cause, "deletion")
         self._record(DeploymentDeleted, cause)
 
-    def _check_not_deleted(self) -> None:
+    def _check_plane(self, cause: Cause, what: str) -> None:
+        """The plane says what a deployment should be, as long as it exists."""
+        require_writer(cause, Writer.PLANE, what)
         if self.deleted:
             raise NotFound(f"deployment {self.key!r} was deleted", field="deployment_id")
 

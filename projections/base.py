@@ -48,6 +48,14 @@ class Projection:
     def view(self, key: str) -> View | None:
         return self.views.get(key)
 
+    def update(self, key: str, **fields: Any) -> Keys:
+        """Set fields of a view that exists (one that does not stays absent)."""
+        view = self.views.get(key)
+        if view is None:
+            return ()
+        view.update(fields)
+        return (key,)
+
     def state(self) -> dict[str, Any]:
         """Everything needed to resume: a deep copy, safe to serialise while folding goes on."""
         return copy.deepcopy(vars(self))

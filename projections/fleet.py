@@ -92,9 +92,7 @@ class WorkloadPhase(Projection):
         return (workload_id,)
 
     def _set(self, deployment_id: str, phase: str) -> Keys:
-        workload_id = self.workload_of.get(deployment_id)
-        if workload_id is None:  # its workload was deleted
-            return ()
+        workload_id = self.workload_of[deployment_id]  # a deleted deployment's phase never moves
         view = self._view(workload_id)
         view["deployments"][deployment_id] = phase
         view["phase"] = workload_phase(view["deployments"].values())
@@ -613,11 +611,7 @@ class Workloads(Projection):
         return (workload_id,)
 
     def _set(self, workload_id: str, e: E, **fields: Any) -> Keys:
-        view = self.views.get(workload_id)
-        if view is None:
-            return ()
-        view.update(fields, updated_at=e["timestamp"])
-        return (workload_id,)
+        return self.update(workload_id, **fields, updated_at=e["timestamp"])
 
 
 class Clusters(Projection):
@@ -642,26 +636,19 @@ class Clusters(Projection):
 
     @handles("InventoryReported")
     def _inventory(self, cluster_id: str, e: E) -> Keys:
-        return self._set(cluster_id, nodes=len(e["nodes"]), devices=_devices(e["nodes"]))
+        return self.update(cluster_id, nodes=len(e["nodes"]), devices=_devices(e["nodes"]))
 
     @handles("ClusterReachable")
     def _reachable(self, cluster_id: str, e: E) -> Keys:
-        return self._set(cluster_id, reachable=True)
+        return self.update(cluster_id, reachable=True)
 
     @handles("ClusterUnreachable")
     def _unreachable(self, cluster_id: str, e: E) -> Keys:
-        return self._set(cluster_id, reachable=False)
+        return self.update(cluster_id, reachable=False)
 
     @handles("OperatorConnected")
     def _operator(self, cluster_id: str, e: E) -> Keys:
-        return self._set(cluster_id, operator=dict(e["operator"]))
-
-    def _set(self, cluster_id: str, **fields: Any) -> Keys:
-        view = self.views.get(cluster_id)
-        if view is None:
-            return ()
-        view.update(fields)
-        return (cluster_id,)
+        return self.update(cluster_id, operator=dict(e["operator"]))
 
 
 PROJECTIONS: tuple[type[Projection], ...] = (

@@ -155,7 +155,7 @@ async def simulated_operators(
         yield simulated
     finally:
         for task in tasks:
-            await _cancel(task)
+            await nats_bus.cancel_and_wait(task)
 
 
 def scheduler_process(store: StoreThread, relay: Relay, commands: CommandService) -> Scheduler:
@@ -227,7 +227,7 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
         try:
             yield projector
         finally:
-            await _cancel(task)
+            await nats_bus.cancel_and_wait(task)
             with contextlib.suppress(Exception):  # without it, the next start replays a little more
                 await projector.close()
 
@@ -246,7 +246,7 @@ async def _shut_down(
         "liveness",
     ):  # they send commands: stop them before they close
         if sender in tasks:
-            await _cancel(tasks[sender])
+            await nats_bus.cancel_and_wait(tasks[sender])
     commands.close()
     async with asyncio.timeout(30):
         await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged
@@ -255,17 +255,9 @@ async def _shut_down(
             async with asyncio.timeout(10):
                 await relay.idle()
     if "relay" in tasks:
-        await _cancel(tasks["relay"])
+        await nats_bus.cancel_and_wait(tasks["relay"])
 
 
-async def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel and wait. nats-py waits with asyncio.wait_for, which on Python 3.11 can swallow a
-    cancellation that lands while it completes, so cancel again until the task has ended."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.5)
-    with contextlib.suppress(BaseException):
-        task.result()
 
 
 def _ignore(_: object) -> None:

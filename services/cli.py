@@ -416,7 +416,7 @@ async def _operator(args: argparse.Namespace) -> int:
                 )
                 backend: Backend = cluster
                 faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")
-                stack.push_async_callback(_cancelled, faults)
+                stack.push_async_callback(nats_bus.cancel_and_wait, faults)
             else:
                 kube = await stack.enter_async_context(
                     Kube(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
@@ -439,11 +439,6 @@ async def _operator(args: argparse.Namespace) -> int:
     finally:
         await nc.close()
     return 0
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _render(args: argparse.Namespace) -> int:

@@ -113,6 +113,12 @@ def _add_deployment(
     key = Deployment.key_for(workload.key, cluster_id)
     if repo.get(Deployment, key) is not None:  # `a--b` on `c` and `a` on `b--c` meet here
         raise AlreadyExists(f"deployment {key!r} already exists", field=field)
+    authority, imported_args, adopted_from = Authority.MANAGED, None, None
+    if adopted is not None:
+        primary = adopted.primary()
+        authority = Authority.OBSERVED
+        imported_args = primary.imported_args if primary else ()
+        adopted_from = ResourceRef(namespace=adopted.namespace, name=adopted.name)
     deployment = Deployment.create(
         cause,
         workload_id=workload.key,
@@ -121,21 +127,14 @@ def _add_deployment(
         device_class=workload.device_class,
         serving=workload.serving,
         desired_replicas=replicas,
-        authority=Authority.MANAGED if adopted is None else Authority.OBSERVED,
+        authority=authority,
         engine_args=workload.engine_args,
-        imported_args=None if adopted is None else _imported_args(adopted),
-        adopted=None
-        if adopted is None
-        else ResourceRef(namespace=adopted.namespace, name=adopted.name),
+        imported_args=imported_args,
+        adopted=adopted_from,
     )
     repo.add(deployment)
     workload.attach_deployment(cause, cluster_id, deployment.key)
     return deployment
-
-
-def _imported_args(sighting: Sighting) -> tuple[str, ...]:
-    primary = sighting.primary()
-    return primary.imported_args if primary else ()
 
 
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
@@ -328,8 +327,9 @@ def observe_discovery(repo: Repository, cmd: c.ObserveDiscovery, cause: Cause) -
     elif discovery.resight(cause, cmd.sighting) and discovery.workload_id is not None:
         deployment_key = Deployment.key_for(discovery.workload_id, cmd.cluster_id)
         deployment = repo.get(Deployment, deployment_key)
-        if deployment is not None and cmd.sighting.primary() is not None:
-            deployment.observe_imported_args(cause, _imported_args(cmd.sighting))
+        primary = cmd.sighting.primary()
+        if deployment is not None and primary is not None:
+            deployment.observe_imported_args(cause, primary.imported_args)
     return {"discovery_id": key, "state": discovery.state.value}
 
 

@@ -98,27 +98,38 @@ def capacity(
 
 
 def clusters(views: Views) -> list[dict[str, Any]]:
-    return [cluster(views, v["cluster_id"]) for v in _sorted(views.all("clusters"), "cluster_id")]
+    """Every cluster with its capacity (one pass over the capacity rows)."""
+    rows = _grouped(views.all("capacity"), "cluster_id", "device_class")
+    return [
+        v | {"capacity": rows.get(v["cluster_id"], [])}
+        for v in _sorted(views.all("clusters"), "cluster_id")
+    ]
 
 
 def project(views: Views, name: str) -> dict[str, Any]:
     """A project's quota and use per device class."""
-    rows = [row for row in views.all("quota_use") if row["project"] == name]
-    if not rows:
+    found = [p for p in projects(views) if p["project"] == name]
+    if not found:
         raise Problem(
             "not_found", f"no project {name!r} (a project exists once a quota is set)", field="ref"
         )
-    return {"project": name, "quotas": _sorted(rows, "device_class")}
+    return found[0]
 
 
 def projects(views: Views) -> list[dict[str, Any]]:
-    return [project(views, name) for name in sorted({r["project"] for r in views.all("quota_use")})]
+    rows = _grouped(views.all("quota_use"), "project", "device_class")
+    return [{"project": name, "quotas": quotas} for name, quotas in sorted(rows.items())]
 
 
 def replicas_by_deployment(views: Views) -> dict[str, list[View]]:
+    return _grouped(views.all("allocations"), "deployment_id", "replica_id")
+
+
+def _grouped(rows: Iterable[View], by: str, order: str) -> dict[str, list[View]]:
+    """Rows by the value of `by`, each group in `order`."""
     grouped: dict[str, list[View]] = {}
-    for replica in _sorted(views.all("allocations"), "replica_id"):
-        grouped.setdefault(replica["deployment_id"], []).append(replica)
+    for row in _sorted(rows, order):
+        grouped.setdefault(row[by], []).append(row)
     return grouped
 
 

@@ -238,7 +238,6 @@ async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONRes
     key = r.workload_id(_views(request), ref)
     fields = {"workload_id": key}
     reply = await _act(request, holder, c.DeleteWorkload, fields, renamed=WORKLOAD_REF)
-    reply["consistent"] = True  # whether the views show it yet, the result says what was done
     return _answer(reply, lambda: reply["result"], 202)
 
 

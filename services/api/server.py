@@ -36,7 +36,7 @@ async def serving(
     gateway = Gateway(nc)
     async with contextlib.AsyncExitStack() as stack:
         mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
-        stack.push_async_callback(_cancelled, mirror)
+        stack.push_async_callback(nats_bus.cancel_and_wait, mirror)
         async with asyncio.timeout(60):
             await gateway.ready.wait()
         listener = _listen(host, port)
@@ -53,11 +53,6 @@ async def serving(
                 raise RuntimeError("the API server stopped while starting")
             await asyncio.sleep(0.02)
         yield Serving(_url(listener), task)
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _stopped(server: uvicorn.Server, task: asyncio.Task[None]) -> None:

@@ -23,7 +23,7 @@ import yaml
 
 from domain.values import Backend, ServingMode
 from services.operator.dgd import GPU_RESOURCE, KIND, LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGED_BY
-from services.operator.shell import shell_commands
+from services.operator.shell import DIGITS, shell_commands
 
 # The init container that holds the Dynamo runtime in Dynamo's sidecar mode.
 RUNTIME_CONTAINER: Final = "runtime"
@@ -62,7 +62,6 @@ _SHELLS: Final = frozenset({"sh", "bash", "dash", "ash", "ksh", "zsh"})
 _PYTHON_VALUE_OPTIONS: Final = frozenset({"-W", "-X", "-Q"})
 # A version as Dynamo admission reads it from an image tag: semver, optionally `v`-led.
 _VERSION_TAG = re.compile(r"[vV]?\d+\.\d+\.\d+(-[0-9A-Za-z][0-9A-Za-z.-]*)?")
-_DIGITS = re.compile(r"\d+")
 _ENV_REFERENCE = re.compile(r"\$(?:(?P<bare>[A-Za-z_]\w*)|\{(?P<braced>[A-Za-z_]\w*)\})")
 
 _MODEL_FLAGS: Final = (("--model",), ("--model-path",))
@@ -113,7 +112,7 @@ class Component:
         value = self._flag(_TP_FLAGS)
         if value is None:
             return None if _ENGINE_CONFIG_FLAG in _flag_names(self.imported_args) else 1
-        return int(value) if _DIGITS.fullmatch(value) and int(value) >= 1 else None
+        return int(value) if DIGITS.fullmatch(value) and int(value) >= 1 else None
 
     def _flag(self, names: Sequence[str]) -> str | None:
         value = _last_flag_value(self.imported_args, names)
@@ -463,7 +462,7 @@ def _k8s_gpus(raw: Mapping[str, Any], path: str) -> int:
 def _gpu_amount(value: object, path: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+    if isinstance(value, str) and DIGITS.fullmatch(value.strip()):
         return int(value)
     raise ValueError(f"{path}: expected a whole number of GPUs, got {value!r}")
 

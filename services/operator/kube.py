@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
+from domain.discovery import WORKER_ROLES
 from services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
@@ -36,7 +37,7 @@ from services.operator.dgd import (
     deployment_label,
 )
 from services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
-from services.operator.plan import WORKER_ROLES, Action, Obj, components, plan, role
+from services.operator.plan import Action, Obj, components, plan, role
 from services.operator.runtime import Report
 
 log = logging.getLogger(__name__)
@@ -108,14 +109,13 @@ class KubeBackend:
 
     def _index(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         """Keep the desired state, and which pods and DGDs belong to it."""
-        if desired is None:
-            self.desired.pop(deployment_id, None)
-        else:
+        before = self.desired.pop(deployment_id, None)
+        if desired is not None:
             self.desired[deployment_id] = desired
         self._by_label[deployment_label(deployment_id)] = deployment_id
-        for ref, owner in list(self._by_adopted.items()):
-            if owner == deployment_id:
-                del self._by_adopted[ref]
+        adopted = (before or {}).get("adopted")
+        if adopted:
+            self._by_adopted.pop((adopted["namespace"], adopted["name"]), None)
         adopted = (desired or {}).get("adopted")
         if adopted:
             self._by_adopted[(adopted["namespace"], adopted["name"])] = deployment_id
@@ -349,8 +349,7 @@ class KubeBackend:
     def _deployment_of_dgd(self, dgd: Obj) -> str | None:
         meta = dgd.get("metadata", {})
         if is_rendered_by_wingsmith(dgd):
-            deployment_id = (meta.get("annotations") or {}).get(ANNOTATION_DEPLOYMENT_ID)
-            return deployment_id if deployment_id in self.desired else None
+            return self._current((meta.get("annotations") or {}).get(ANNOTATION_DEPLOYMENT_ID))
         return self._adopted(meta.get("namespace"), meta.get("name"))
 
     def _deployment_of_pod(self, pod: Obj) -> str | None:

@@ -12,13 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from domain.discovery import WORKER_ROLES as ENGINE_ROLES
+from domain.discovery import WORKER_ROLES
 from services.operator.dgd import ANNOTATION_DEPLOYMENT_ID, render_dgd
 from services.operator.inspect import Inspection, inspect_dgd
 
 Obj = dict[str, Any]
 Verb = Literal["create", "patch", "delete"]
-WORKER_ROLES = set(ENGINE_ROLES)  # including `main`, a legacy single worker
 
 
 class Action(NamedTuple):

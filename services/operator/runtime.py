@@ -75,21 +75,13 @@ async def run_operator(nc: nats_bus.Connection, backend: Backend, options: Opera
         await _stop(tasks)
 
 
-async def _stop(tasks: list[asyncio.Task[None]], grace: float = 2.0, give_up: float = 30.0) -> None:
-    """Cancel every task, and cancel again those still running after `grace`: nats-py waits
-    with asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as it
-    completes. After `give_up` seconds the rest is left behind, with a warning."""
-    for task in tasks:
-        task.cancel()
-    deadline = asyncio.get_running_loop().time() + give_up
-    await asyncio.wait(tasks, timeout=grace)
-    while pending := [t for t in tasks if not t.done()]:
-        if asyncio.get_running_loop().time() > deadline:
-            log.warning("operator: %s did not stop", ", ".join(t.get_name() for t in pending))
-            return
-        for task in pending:
-            task.cancel()
-        await asyncio.wait(pending, timeout=0.5)
+async def _stop(tasks: list[asyncio.Task[None]], give_up: float = 30.0) -> None:
+    """Cancel every task until it has ended; after `give_up` seconds the rest is left behind,
+    with a warning."""
+    stopping = asyncio.ensure_future(asyncio.gather(*map(nats_bus.cancel_and_wait, tasks)))
+    await asyncio.wait([stopping], timeout=give_up)
+    if pending := [t for t in tasks if not t.done()]:
+        log.warning("operator: %s did not stop", ", ".join(t.get_name() for t in pending))
 
 
 async def _forever(what: str, run: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> None:
@@ -128,7 +120,7 @@ async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Bac
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
             deployment_id = delivery.subject.split(".", 3)[3]
-            position = _position(delivery.msg_id)
+            position = delivery.position
             if position and position < applied.get(deployment_id, 0):
                 await delivery.ack()
                 continue
@@ -144,8 +136,3 @@ async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Bac
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
 
-
-def _position(msg_id: str) -> int:
-    """The hub's store position, the last part of a render message's id (`render:<key>:<n>`)."""
-    tail = msg_id.rpartition(":")[2]
-    return int(tail) if tail.isdigit() else 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-_DIGITS: Final = re.compile(r"\d+")
+DIGITS: Final = re.compile(r"\d+")
 _WHITESPACE: Final = " \t\r"
 _OPERATORS: Final = frozenset(";&|()<>\n")  # each ends the simple command it follows
 _DOUBLE_QUOTE_ESCAPES: Final = frozenset('$`"\\\n')
@@ -86,7 +86,7 @@ class _ShellLexer:
         if (
             char in "<>"
             and self.word is not None
-            and _DIGITS.fullmatch(self.text[self.word_start : self.pos])
+            and DIGITS.fullmatch(self.text[self.word_start : self.pos])
         ):
             self.word = None  # `2>&1`: the digits name a file descriptor, not an argument
         self._end_command()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import kmock
+import yaml
 
 from adapters.kube import RESOURCES, Change, Informer, Kind, Kube
 
@@ -55,6 +57,23 @@ async def kube_emulator(
 
 
 # --- object builders -----------------------------------------------------------------------------
+
+
+def write_kubeconfig(path: Path, server_url: str) -> Path:
+    """A kubeconfig whose current context reaches `server_url` with a bearer token."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "emu", "cluster": {"server": server_url.rstrip("/")}}],
+                "users": [{"name": "me", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "test", "context": {"cluster": "emu", "user": "me"}}],
+            }
+        )
+    )
+    return path
 
 
 def dgd(

@@ -6,9 +6,7 @@ admitted into them. The id is not given out again."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import orjson
 from nats.aio.client import Client
 
 from adapters import nats_bus
@@ -17,13 +15,15 @@ from adapters.simulated import SimNode
 from services.bootstrap import running_hub, simulated_operators
 from services.config import Settings
 
-from .conftest import LLAMA, send_until_answered, wait_for
-from .test_simulated import command, event_types, until_event
-
-
-async def view(client: Client, projection: str, key: str) -> dict[str, Any] | None:
-    _, latest = (await nats_bus.latest_views(client, projection)).get(key, (0, None))
-    return None if latest is None else dict(orjson.loads(latest))
+from .conftest import send_until_answered, wait_for
+from .test_simulated import (
+    command,
+    event_types,
+    pinned,
+    pinned_workload,
+    until_event,
+    view,
+)
 
 
 async def render_of(client: Client, deployment_id: str) -> nats_bus.StreamMessage:
@@ -31,12 +31,6 @@ async def render_of(client: Client, deployment_id: str) -> nats_bus.StreamMessag
     stream = nats_bus.read_stream(client, nats_bus.RENDER_STREAM, subject, follow=False)
     [last] = [m async for m in stream]  # the stream keeps the latest per deployment
     return last
-
-
-async def pinned(client: Client, n: str, workload_id: str, replicas: int) -> dict[str, Any]:
-    body = {"workload_id": workload_id, "project": "p", "device_class": "H100"}
-    body |= {"serving": LLAMA, "replicas": replicas, "cluster": "east"}
-    return await send_until_answered(client, "workload.create", {"command_id": n} | body)
 
 
 async def test_a_deleted_workloads_devices_go_to_the_next_one(
@@ -50,9 +44,9 @@ async def test_a_deleted_workloads_devices_go_to_the_next_one(
             client, nodes, ready_after=0.1, heartbeat_every=0.3
         ) as simulated:
             await until_event(client, "cluster", "east", "InventoryReported")
-            assert (await pinned(client, "w1", "chat", 4))["ok"]
+            await pinned_workload(client, "w1", "chat", 4)  # asserts it was accepted
             await until_event(client, "deployment", "chat--east", "DeploymentRunning")
-            assert (await pinned(client, "w2", "embed", 2))["ok"]  # no room left: it waits
+            await pinned_workload(client, "w2", "embed", 2)  # accepted; no room left: it waits
 
             async def waiting() -> bool:
                 health = await view(client, "deployment_health", "embed--east") or {}
@@ -98,6 +92,8 @@ async def test_a_deleted_workloads_devices_go_to_the_next_one(
             client, "workload.delete", {"command_id": "d2", "workload_id": "chat"}
         )
         assert again["error"]["code"] == "not_found", again
-        reused = await pinned(client, "w3", "chat", 1)
+        reused = await send_until_answered(
+            client, "workload.create", {"command_id": "w3"} | pinned("chat", 1)
+        )
         assert reused["error"]["code"] == "already_exists", reused
         assert "ids are not reused" in reused["error"]["message"]

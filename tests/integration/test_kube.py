@@ -13,7 +13,6 @@ from typing import Any
 
 import kmock
 import pytest
-import yaml
 
 from adapters.kube import Kind, KindNotServed, Kube, KubeConflict, KubeError, KubeNotFound
 from adapters.kube import selector_matcher as matcher
@@ -32,6 +31,7 @@ from tests.integration.kube_fixtures import (
     resource,
     until_synced,
     wait_until,
+    write_kubeconfig,
 )
 
 DGD: Kind = "dgd/v1beta1"
@@ -138,21 +138,7 @@ async def test_an_unreachable_server_is_a_kube_error() -> None:
 async def test_kube_from_a_kubeconfig_file(tmp_path: Path) -> None:
     async with kube_emulator() as (_, server, kube):
         await kube.create_dgd(dgd("llama"))
-        kubeconfig = tmp_path / "config"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "test",
-                    "clusters": [
-                        {"name": "emu", "cluster": {"server": str(server.url).rstrip("/")}}
-                    ],
-                    "users": [{"name": "me", "user": {"token": "t0ken"}}],
-                    "contexts": [{"name": "test", "context": {"cluster": "emu", "user": "me"}}],
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "config", str(server.url))
         async with Kube(kubeconfig=kubeconfig) as from_file:
             assert await from_file.get_dgd(NAMESPACE, "llama") is not None
 

@@ -21,7 +21,7 @@ from adapters.nats_server import EmbeddedNatsServer
 from services.bootstrap import Hub
 
 from .conftest import wait_for
-from .kube_fixtures import NAMESPACE, kube_emulator
+from .kube_fixtures import NAMESPACE, kube_emulator, write_kubeconfig
 from .test_operator import desired
 
 WINGSMITH = [sys.executable, "-m", "services.cli"]
@@ -38,21 +38,7 @@ async def test_the_operator_command_reconciles_a_cluster_from_its_kubeconfig(
 ) -> None:
     await nats_bus.ensure_streams(client)
     async with kube_emulator() as (_, server, kube):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "east", "cluster": {"server": str(server.url)}}],
-                    "users": [{"name": "operator", "user": {"token": "t"}}],
-                    "contexts": [
-                        {"name": "east", "context": {"cluster": "east", "user": "operator"}}
-                    ],
-                    "current-context": "east",
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(server.url))
         command = [*WINGSMITH, "operator", "--cluster-id", "east", "--kubeconfig", str(kubeconfig)]
         operator = subprocess.Popen(
             command, env=env(nats_server.url), stdout=subprocess.PIPE, text=True

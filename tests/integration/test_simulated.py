@@ -41,24 +41,26 @@ async def until_event(
     await wait_for(seen, 30, f"{n} x {kind} on {aggregate} {aggregate_id}")
 
 
-async def pinned_workload(client: Client) -> None:
-    await command(
-        client,
-        "w",
-        "workload.create",
-        workload_id="chat",
-        project="p",
-        device_class="H100",
-        serving=LLAMA,
-        replicas=2,
-        cluster="east",
-    )
+def pinned(workload_id: str = "chat", replicas: int = 2) -> dict[str, Any]:
+    """The body of a workload pinned to `east`."""
+    body = {"workload_id": workload_id, "project": "p", "device_class": "H100"}
+    return body | {"serving": LLAMA, "replicas": replicas, "cluster": "east"}
+
+
+async def pinned_workload(
+    client: Client, n: str = "w", workload_id: str = "chat", replicas: int = 2
+) -> dict[str, Any]:
+    """A workload pinned to `east` (the command must succeed)."""
+    return await command(client, n, "workload.create", **pinned(workload_id, replicas))
+
+
+async def view(client: Client, projection: str, key: str) -> dict[str, Any] | None:
+    _, latest = (await nats_bus.latest_views(client, projection)).get(key, (0, None))
+    return None if latest is None else dict(orjson.loads(latest))
 
 
 async def health(client: Client, deployment_id: str) -> dict[str, Any]:
-    views = await nats_bus.latest_views(client, "deployment_health")
-    _, view = views.get(deployment_id, (0, None))
-    return orjson.loads(view) if view else {}
+    return await view(client, "deployment_health", deployment_id) or {}
 
 
 async def test_a_silent_operator_makes_its_cluster_unreachable_and_its_deployments_stale(
