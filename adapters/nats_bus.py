@@ -32,6 +32,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
 
+from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.nats_auth import operator_consumer, operator_inbox_prefix, render_filter
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,16 @@ STREAMS = [
         subjects=["wingsmith.proj.>"],
         storage=StorageType.FILE,
         description="Projection updates",
+    ),
+    StreamConfig(
+        name=DEAD_STREAM,
+        subjects=[f"{DEAD_PREFIX}.>"],
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=30 * 24 * 3600.0,
+        max_bytes=1024**3,
+        duplicate_window=120.0,
+        description="Messages and events set aside by the stage that could not handle them",
     ),
 ]
 
