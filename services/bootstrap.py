@@ -20,6 +20,7 @@ from adapters.simulated import SimNode, SimulatedCluster
 from adapters.store import Notification, StoreThread, store_env
 from projections.fleet import PROJECTIONS
 from services.api.app import Tokens
+from services.api.protocol import HttpLimits
 from services.api.server import Serving, serving
 from services.config import Settings
 from services.hub import CommandService
@@ -279,7 +280,10 @@ async def running_api(
     nc = await connect(settings, "wingsmith-api", url)
     try:
         host, port = settings.api_listen
-        async with serving(nc, Tokens(writers, readers), host, port) as api:
+        limits = HttpLimits(
+            settings.api_header_timeout, settings.api_body_timeout, settings.api_max_connections
+        )
+        async with serving(nc, Tokens(writers, readers), host, port, limits) as api:
             settings.api_url_file.parent.mkdir(parents=True, exist_ok=True)
             settings.api_url_file.write_text(api.url)
             try:

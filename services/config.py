@@ -30,6 +30,24 @@ def _listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _number(env: dict[str, str], variable: str, default: float, low: float, high: float) -> float:
+    text = env.get(variable) or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ValueError(f"{variable} must be a number from {low:g} to {high:g}, not {text!r}")
+    return value
+
+
+def _count(env: dict[str, str], variable: str, default: int) -> int:
+    text = env.get(variable) or str(default)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{variable} must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 TOKEN_NAME = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,31}$")
 
 
@@ -65,6 +83,9 @@ class Settings:
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
     api_read_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; only read
+    api_header_timeout: float = 10.0  # seconds a client has to send a whole request head
+    api_body_timeout: float = 30.0  # seconds a client has to send a whole body, after its head
+    api_max_connections: int = 512  # open at once; more are answered 503
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -99,6 +120,9 @@ class Settings:
             api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
             api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),
             api_read_tokens=_tokens(env, "WINGSMITH_API_READ_TOKENS"),
+            api_header_timeout=_number(env, "WINGSMITH_API_HEADER_TIMEOUT", 10, 0.1, 3600),
+            api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 30, 0.1, 3600),
+            api_max_connections=_count(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
         )
 
     @property

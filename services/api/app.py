@@ -24,8 +24,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from services.api import routes
+from services.api import docs, routes
 from services.api.gateway import Gateway
 from services.api.problems import PROBLEM_JSON, STATUS, Problem, ProblemDocument
 
@@ -73,11 +74,12 @@ def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
         version="1",
         description=__doc__,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # ours, served from this process: services.api.docs
         redoc_url=None,
     )
     app.state.tokens, app.state.gateway = tokens, gateway
     app.include_router(routes.router)
+    app.include_router(docs.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -154,6 +156,12 @@ def _install_errors(app: FastAPI) -> None:
     async def on_http(request: Request, e: HTTPException) -> Response:
         code = STATUS_CODES.get(e.status_code, "bad_request")
         return respond(request, Problem(code, str(e.detail)), e.headers or {})
+
+    @app.exception_handler(ClientDisconnect)
+    async def on_gone(request: Request, e: ClientDisconnect) -> Response:
+        # the client went away while sending its body: nothing was sent to the hub, nobody is
+        # left to answer, and the connection has logged it (services.api.protocol)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, e: Exception) -> Response:

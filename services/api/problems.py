@@ -22,6 +22,7 @@ STATUS: dict[str, int] = {
     "forbidden": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,  # the request head or body came too slowly
     "already_exists": 409,
     "ambiguous_reference": 409,
     "illegal_transition": 409,

@@ -22,6 +22,7 @@ from adapters import nats_bus
 from domain.deployment import AdmissionPhase
 from projections.audit import Timeline
 from services import commands as c
+from services import wire
 from services.api import resources as r
 from services.api.gateway import Gateway, Views
 from services.api.problems import Problem
@@ -158,6 +159,10 @@ async def _read_body(request: Request, model: type[BaseModel]) -> BaseModel:
         raw += chunk
         if len(raw) > MAX_BODY:
             raise Problem("payload_too_large", f"the body is over {MAX_BODY} bytes")
+    repeated = wire.duplicate_key(bytes(raw))
+    if repeated is not None:  # the parser would keep the last silently
+        detail = f"key {repeated!r} is given more than once in one object"
+        raise Problem("invalid_json", detail, field=repeated)
     try:
         return model.model_validate_json(bytes(raw) or b"null", strict=True)
     except ValidationError as e:

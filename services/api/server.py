@@ -13,6 +13,7 @@ import uvicorn
 from adapters import nats_bus
 from services.api.app import Tokens, create_app
 from services.api.gateway import Gateway
+from services.api.protocol import HttpLimits, protocol_for
 
 
 class _Server(uvicorn.Server):
@@ -29,10 +30,10 @@ class Serving:
 
 @contextlib.asynccontextmanager
 async def serving(
-    nc: nats_bus.Connection, tokens: Tokens, host: str, port: int
+    nc: nats_bus.Connection, tokens: Tokens, host: str, port: int, limits: HttpLimits
 ) -> AsyncIterator[Serving]:
     """The API on host:port (0: any free port) until the block ends, once its views are
-    loaded."""
+    loaded; slow clients and the number of connections held to `limits`."""
     gateway = Gateway(nc)
     async with contextlib.AsyncExitStack() as stack:
         mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
@@ -42,7 +43,12 @@ async def serving(
         listener = _listen(host, port)
         stack.callback(listener.close)
         config = uvicorn.Config(
-            create_app(gateway, tokens), lifespan="off", access_log=False, log_level="warning"
+            create_app(gateway, tokens),
+            http=protocol_for(limits),
+            ws="none",  # no WebSocket endpoints: no connection leaves the deadlines by upgrading
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
         )
         server = _Server(config)
         task = asyncio.create_task(server.serve(sockets=[listener]), name="wingsmith-api")

@@ -283,6 +283,28 @@ async def test_malformed_bodies_are_refused(hub: Hub, api: httpx.AsyncClient) ->
     assert await stored(hub) == before
 
 
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (b'{"workload_id": "a", "project": "search", "workload_id": "b"}', "workload_id"),
+        (b'{"workload_id": "a", "serving": {"model": "m", "model": "n"}}', "model"),
+    ],
+)
+async def test_a_key_given_twice_is_refused_naming_it(
+    hub: Hub, api: httpx.AsyncClient, body: bytes, key: str
+) -> None:
+    """Which of two values counts depends on the parser: the sender is told, not guessed for."""
+    before = await stored(hub)
+    json = {"content-type": "application/json"}
+    response = await api.post("/v1/workloads", content=body, headers=json)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == PROBLEM
+    problem = response.json()
+    assert (problem["code"], problem["field"]) == ("invalid_json", key)
+    assert repr(key) in problem["detail"]
+    assert await stored(hub) == before
+
+
 async def test_unknown_routes_and_methods_are_problems(api: httpx.AsyncClient) -> None:
     assert (await api.get("/v1/nothing")).json()["status"] == 404
     wrong = await api.delete("/v1/clusters")
