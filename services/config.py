@@ -84,7 +84,7 @@ class Settings:
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
     api_read_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; only read
     api_header_timeout: float = 10.0  # seconds a client has to send a whole request head
-    api_body_timeout: float = 30.0  # seconds a client has to send a whole body, after its head
+    api_body_timeout: float = 15.0  # seconds a client has to send a whole body, after its head
     api_max_connections: int = 512  # open at once; more are answered 503
 
     @classmethod
@@ -121,7 +121,7 @@ class Settings:
             api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),
             api_read_tokens=_tokens(env, "WINGSMITH_API_READ_TOKENS"),
             api_header_timeout=_number(env, "WINGSMITH_API_HEADER_TIMEOUT", 10, 0.1, 3600),
-            api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 30, 0.1, 3600),
+            api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 15, 0.1, 3600),
             api_max_connections=_count(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
         )
 
