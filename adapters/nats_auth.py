@@ -7,8 +7,16 @@ JetStream across accounts would need exports and imports of API subjects per con
 per-user permissions in one account express the same rules directly. The hub is the trusted
 control plane and may do anything in the account. Each operator gets an allow list: its own
 observation subjects, the JetStream API subjects of its own durable consumer on the render stream
-(and nothing that reads a stream any other way), and its own inbox prefix. Clients get the
-reading API, and optionally the command subjects.
+(and nothing that reads a stream any other way), and its own inbox prefix. Clients (the command
+line, the REST API, viewers) get the reading API, and the command subjects if they send commands.
+
+Durable consumers are what a reader must never touch: the hub's on the observation stream and
+each operator's on the render stream hold positions and filters the control plane depends on.
+JetStream creates *or updates* a consumer named in the request body of
+`$JS.API.CONSUMER.CREATE.<stream>`, and permissions see only subjects, so clients may create
+consumers only through the form whose subject carries the consumer's name and filter
+(`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`; the server refuses a body naming another
+consumer or another filter), and every durable name of the configuration is denied there.
 
 Pure: it only produces text, so a test can start a real server with it and production can write
 the same text into its configuration.
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ACCOUNT = "WINGSMITH"
@@ -27,6 +35,8 @@ OBS_STREAM = "WINGSMITH_OBS"
 RENDER_PREFIX = "wingsmith.render"
 OBS_PREFIX = "wingsmith.obs"
 COMMAND_SUBJECTS = "wingsmith.cmd.>"
+HUB_CONSUMER = "wingsmith-hub"  # the hub's durable consumer on WINGSMITH_OBS
+JS_API = "$JS.API"
 
 # A DNS label, as domain.values.Name: a cluster id is a single subject token with no wildcard,
 # which is what makes the permissions below exact.
@@ -63,10 +73,18 @@ def render_filter(cluster_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Permissions:
-    """Subjects a user may publish and subscribe to; anything not allowed is refused."""
+    """Subjects a user may publish and subscribe to; anything not allowed is refused, and so is
+    anything in `deny_publish` even where an allowed wildcard matches it."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    deny_publish: tuple[str, ...] = ()
+
+
+def durable_consumers(cluster_ids: Iterable[str]) -> tuple[str, ...]:
+    """The names of every durable consumer the control plane keeps: the hub's on the
+    observation stream, and one per operator on the render stream."""
+    return (HUB_CONSUMER, *sorted(map(operator_consumer, cluster_ids)))
 
 
 def operator_permissions(cluster_id: str) -> Permissions:
@@ -92,23 +110,30 @@ def operator_permissions(cluster_id: str) -> Permissions:
     )
 
 
-def client_permissions(*, commands: bool) -> Permissions:
-    """A person's command line, or the REST API: reads events, views and the render and
-    observation streams (stream info, message gets, KV gets, and the unnamed ordered consumers
-    `wingsmith events` and `wingsmith views` read with); sends commands only if `commands`. It
-    writes to no stream, deletes nothing and cannot pull from a durable consumer (it would take
-    the hub's or an operator's messages)."""
+def client_permissions(*, commands: bool, durables: Iterable[str] = (HUB_CONSUMER,)) -> Permissions:
+    """A person's command line, the REST API or a viewer: reads events, views and the render and
+    observation streams (stream info, message gets, KV gets, and the ordered consumers
+    `nats_bus.read_stream` reads with); sends commands only if `commands`. It writes to no
+    stream and deletes nothing.
+
+    Its consumers are created through the subject naming the consumer and its filter, the one
+    form permissions can tell apart by name: the unnamed form (`CONSUMER.CREATE.<stream>`)
+    would update any consumer its body names, and the older `CONSUMER.DURABLE.CREATE` form
+    always makes a durable one. Every name in `durables` is denied there, so no client can
+    create over, re-filter or redirect the hub's or an operator's consumer, nor pull from,
+    acknowledge for or delete one."""
     publish = [
-        "$JS.API.STREAM.INFO.*",
-        "$JS.API.STREAM.MSG.GET.*",
-        "$JS.API.DIRECT.GET.>",
-        "$JS.API.CONSUMER.CREATE.*",  # unnamed (ephemeral) consumers only
-        "$JS.API.CONSUMER.INFO.*.*",  # whether a reader's own consumer has anything to read
+        f"{JS_API}.STREAM.INFO.*",
+        f"{JS_API}.STREAM.MSG.GET.*",
+        f"{JS_API}.DIRECT.GET.>",
+        f"{JS_API}.CONSUMER.CREATE.*.*.>",  # `<stream>.<name>.<filter>`: named and filtered
+        f"{JS_API}.CONSUMER.INFO.*.*",  # whether a reader's own consumer has anything to read
         "$JS.FC.>",  # flow control replies of the ordered consumers
     ]
     if commands:
         publish.append(COMMAND_SUBJECTS)
-    return Permissions(publish=tuple(publish), subscribe=("_INBOX.>",))
+    deny = [f"{JS_API}.CONSUMER.CREATE.*.{name}.>" for name in durables]
+    return Permissions(publish=tuple(publish), subscribe=("_INBOX.>",), deny_publish=tuple(deny))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,19 +173,25 @@ def _secret(password: str) -> str:
     return password if _REFERENCE.match(password) else _quote(password)
 
 
+def _subject_list(kind: str, subjects: Iterable[str]) -> list[str]:
+    quoted = [f"             {_quote(subject)}" for subject in subjects]
+    return [f"           {kind}: [", *quoted, "           ]"]
+
+
 def _user_block(credentials: Credentials, permissions: Permissions | None) -> str:
     if _UNSAFE_SECRET.search(credentials.password) or _UNSAFE_SECRET.search(credentials.user):
         raise ValueError(f"user {credentials.user!r}: quotes, backslashes or control characters")
     lines = [f"      {{user: {_quote(credentials.user)}, password: {_secret(credentials.password)}"]
     if permissions is not None:
         lines.append("       permissions: {")
-        for verb, subjects in [
-            ("publish", permissions.publish),
-            ("subscribe", permissions.subscribe),
+        for verb, allow, deny in [
+            ("publish", permissions.publish, permissions.deny_publish),
+            ("subscribe", permissions.subscribe, ()),
         ]:
-            lines.append(f"         {verb}: {{allow: [")
-            lines += [f"           {_quote(subject)}" for subject in subjects]
-            lines.append("         ]}")
+            lines.append(f"         {verb}: {{")
+            lines += _subject_list("allow", allow)
+            lines += _subject_list("deny", deny) if deny else []
+            lines.append("         }")
         lines.append("       }")
     lines[-1] += "}"
     return "\n".join(lines)
@@ -171,12 +202,14 @@ def server_config(
     operators: Mapping[str, str],
     *,
     client: Credentials | None = None,
+    api: Credentials | None = None,
     viewer: Credentials | None = None,
 ) -> str:
     """The `accounts` block of a nats-server configuration.
 
     `operators` maps each cluster id to its operator's password (plain or bcrypt); the user is
-    `operator-<cluster id>`. `client` may send commands and read; `viewer` may only read."""
+    `operator-<cluster id>`. `client` (the command line) and `api` (the REST API) may send
+    commands and read; `viewer` may only read. None of them may touch a durable consumer."""
     users = [_user_block(hub, None)]
     for cluster_id, password in sorted(operators.items()):
         users.append(
@@ -184,11 +217,13 @@ def server_config(
                 Credentials(operator_user(cluster_id), password), operator_permissions(cluster_id)
             )
         )
-    if client is not None:
-        users.append(_user_block(client, client_permissions(commands=True)))
-    if viewer is not None:
-        users.append(_user_block(viewer, client_permissions(commands=False)))
-    names = [hub.user, *map(operator_user, operators), *(c.user for c in (client, viewer) if c)]
+    durables = durable_consumers(operators)
+    for credentials, commands in [(client, True), (api, True), (viewer, False)]:
+        if credentials is not None:
+            permissions = client_permissions(commands=commands, durables=durables)
+            users.append(_user_block(credentials, permissions))
+    clients = [c.user for c in (client, api, viewer) if c]
+    names = [hub.user, *map(operator_user, operators), *clients]
     if len(set(names)) != len(names):
         raise ValueError(f"user names must differ: {names}")
     return "\n".join(

@@ -33,7 +33,12 @@ from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableErr
 from nats.nuid import NUID
 
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
-from adapters.nats_auth import operator_consumer, operator_inbox_prefix, render_filter
+from adapters.nats_auth import (
+    HUB_CONSUMER,
+    operator_consumer,
+    operator_inbox_prefix,
+    render_filter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -343,6 +348,9 @@ async def _ordered(
     else:
         first = max(int(start), 1)
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first)
+    if subject == ">":
+        raise ValueError("read a stream through a subject filter narrower than `>`")
+    config.name = _reader_name()  # with its filter, created through the subject naming both
     arrived: asyncio.Queue[Msg] = asyncio.Queue()
 
     async def on_message(msg: Msg) -> None:
@@ -358,12 +366,37 @@ async def _ordered(
         pending_msgs_limit=100_000,
     )
 
+    _renamed_when_recreated(sub)
+
     def early(m: StreamMessage) -> bool:
         if isinstance(start, datetime):
             return m.time < start
         return isinstance(start, int) and m.seq < start
 
     return sub, arrived, early
+
+
+def _reader_name() -> str:
+    """A name for one ordered consumer: unique, and never one of a durable consumer's."""
+    return f"reader-{NUID().next().decode()}"
+
+
+def _renamed_when_recreated(sub: JetStreamContext.PushSubscription) -> None:
+    """Ordered consumers are named so that the server's permissions can keep clients away from
+    durable ones (adapters/nats_auth.py). After a gap or a lost server nats-py recreates the
+    consumer from the request it first sent, starting after the last message delivered; under
+    the same name that would be an update the server refuses (a start position is fixed), so
+    each recreation takes a new name. The old consumer lapses once nobody listens to it."""
+    state = sub._sub._jsi  # nats-py keeps the ordered consumer's state here
+    if state is None:
+        raise TypeError("not a JetStream subscription")
+    recreate = state.recreate_consumer
+
+    async def recreate_renamed() -> None:
+        state._ccreq.name = _reader_name()
+        await recreate()
+
+    setattr(state, "recreate_consumer", recreate_renamed)  # noqa: B010  # one instance only
 
 
 async def read_stream(
@@ -563,13 +596,25 @@ class Delivery:
         await self._msg.term()
 
 
+def observation_consumer_config(durable: str = HUB_CONSUMER) -> ConsumerConfig:
+    """The hub's durable pull consumer on every cluster's observations."""
+    return ConsumerConfig(
+        name=durable,
+        durable_name=durable,
+        filter_subject=f"{OBS_PREFIX}.>",
+        ack_wait=30.0,
+        max_ack_pending=20_000,
+        max_deliver=-1,
+    )
+
+
 async def observation_batches(
-    nc: Client, durable: str = "wingsmith-hub", batch: int = 512
+    nc: Client, durable: str = HUB_CONSUMER, batch: int = 512
 ) -> AsyncIterator[list[Delivery]]:
     """Observations from every cluster, through a durable consumer: a hub that was down
     resumes after the last one it acknowledged, within the stream's seven days."""
     js = nc.jetstream()
-    config = ConsumerConfig(ack_wait=30.0, max_ack_pending=20_000, max_deliver=-1)
+    config = observation_consumer_config(durable)
     sub = await js.pull_subscribe(f"{OBS_PREFIX}.>", durable, stream=OBS_STREAM, config=config)
     try:
         while True:

@@ -43,6 +43,33 @@ class OperatorOptions:
     heartbeat_every: float = 5.0
 
 
+@dataclass
+class OperatorCounts:
+    """What the operator refused rather than act on, for as long as it runs."""
+
+    foreign_renders: int = 0  # render messages that named another cluster
+
+
+def foreign_cluster(cluster_id: str, subject: str, data: bytes) -> str | None:
+    """Why a render message is not this cluster's to act on, or None if it is. The server's
+    permissions already keep other clusters' messages from the operator's consumer; this check
+    holds even if they were bypassed (a consumer re-filtered by someone allowed to, a render
+    object built wrongly): the subject's cluster token and the object's `cluster_id` must both
+    be this cluster's."""
+    parts = subject.split(".", 3)
+    if len(parts) != 4 or parts[2] != cluster_id:
+        return f"its subject {subject!r} is not under wingsmith.render.{cluster_id}"
+    if not data:
+        return None  # a removal carries no object
+    try:
+        named = orjson.loads(data).get("cluster_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None  # not a render object at all: the backend says why it cannot apply it
+    if named != cluster_id:
+        return f"its object names cluster {named!r}"
+    return None
+
+
 class Reporter:
     """Publishes observations for one cluster, each under a message id of its own (the hub
     handles a resend of one, or a report it already knows, as no news)."""
@@ -56,14 +83,21 @@ class Reporter:
         await nats_bus.publish_observation(self._nc, self._cluster_id, kind, body, msg_id)
 
 
-async def run_operator(nc: nats_bus.Connection, backend: Backend, options: OperatorOptions) -> None:
-    """Run until cancelled; each part restarts on its own after a failure."""
+async def run_operator(
+    nc: nats_bus.Connection,
+    backend: Backend,
+    options: OperatorOptions,
+    counts: OperatorCounts | None = None,
+) -> None:
+    """Run until cancelled; each part restarts on its own after a failure. `counts` is kept up
+    to date with what the operator refused."""
     report = Reporter(nc, options.cluster_id)
     stopping = asyncio.Event()
+    counted = counts if counts is not None else OperatorCounts()
     parts = {
         "heartbeats": _heartbeats(report, options),
         "observe": lambda: backend.observe(report),
-        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend),
+        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend, counted),
     }
     tasks = [
         asyncio.create_task(_forever(name, run, stopping), name=name) for name, run in parts.items()
@@ -112,13 +146,27 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
     return beat
 
 
-async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Backend) -> None:
+async def _follow_desired(
+    nc: nats_bus.Connection, cluster_id: str, backend: Backend, counts: OperatorCounts
+) -> None:
     """Apply each deployment's desired state in the order the hub decided it: a message that
     comes back after a newer one for the same deployment was applied is old news. One the
-    backend can never apply (it cannot be expressed) is logged and not tried again."""
+    backend can never apply (it cannot be expressed) is logged and not tried again, and so is
+    one for another cluster, which is never handed to the backend."""
     applied: dict[str, int] = {}  # deployment id -> store position of the last one applied
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
+            if why := foreign_cluster(cluster_id, delivery.subject, delivery.data):
+                counts.foreign_renders += 1
+                log.error(
+                    "render message %s refused, not for cluster %s: %s (%d refused so far)",
+                    delivery.msg_id,
+                    cluster_id,
+                    why,
+                    counts.foreign_renders,
+                )
+                await delivery.reject()
+                continue
             deployment_id = delivery.subject.split(".", 3)[3]
             position = delivery.position
             if position and position < applied.get(deployment_id, 0):
@@ -135,4 +183,3 @@ async def _follow_desired(nc: nats_bus.Connection, cluster_id: str, backend: Bac
                 continue
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
-

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import nats.errors
 import orjson
 import pytest
+import yaml
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -21,6 +22,7 @@ from nats.js.errors import NotFoundError
 from adapters import nats_auth, nats_bus
 from adapters.nats_auth import Credentials
 from adapters.nats_server import EmbeddedNatsServer
+from services.operator.runtime import OperatorCounts, OperatorOptions, Report, run_operator
 
 HUB_PASSWORD_VARIABLE = "WINGSMITH_TEST_HUB_PASSWORD"  # the hub's password comes by reference
 HUB_PASSWORD = "hub-secret"
@@ -517,3 +519,63 @@ async def test_an_operator_may_remove_only_its_own_consumer(
     assert await hub.jetstream().consumer_info(nats_bus.RENDER_STREAM, "operator-west")
     with pytest.raises(NotFoundError):  # its own is within reach (and absent until it reads)
         await js.consumer_info(nats_bus.RENDER_STREAM, "operator-east")
+
+
+class RecordingBackend:
+    """A cluster that records what it is asked to run (the operator's seam to a cluster)."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, Any]] = []
+
+    async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        self.applied.append((deployment_id, desired))
+
+    async def observe(self, report: Report) -> None:
+        await asyncio.Future()  # reports nothing, until cancelled
+
+
+async def test_an_operator_never_acts_on_another_clusters_render_message(
+    hub: Client, east: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Even when the permissions are bypassed (here the hub itself re-filters east's consumer
+    onto west's subjects, and renders an object for west on east's subject), east refuses
+    what names another cluster: logged, counted, never handed to its cluster."""
+    for position, deployment_id in enumerate(["llama--east", "qwen--east"], 5):
+        await publish_render(hub, "east", deployment_id, {"cluster_id": "east"}, position)
+    backend, counts = RecordingBackend(), OperatorCounts()
+    options = OperatorOptions(cluster_id="east", heartbeat_every=60)
+    operator = asyncio.create_task(run_operator(east, backend, options, counts))
+    try:
+        await eventually(lambda: len(backend.applied) == 2, "east's two deployments applied")
+        assert {d for d, _ in backend.applied} == {"llama--east", "qwen--east"}
+
+        sneaky = {"deployment_id": "llama--west", "cluster_id": "west", "replicas": 9}
+        await publish_render(hub, "east", "sneaky--east", sneaky, 10)
+        await publish_render(hub, "east", "mistral--east", {"cluster_id": "east"}, 11)
+        await eventually(lambda: len(backend.applied) == 3, "east's next deployment applied")
+        assert backend.applied[-1][0] == "mistral--east"
+        assert counts.foreign_renders == 1
+
+        js = hub.jetstream()
+        config = nats_bus.render_consumer_config("east")
+        config.filter_subject = WEST_FILTER  # the hijack: east's consumer on west's subjects
+        await js.add_consumer(nats_bus.RENDER_STREAM, config)
+        await publish_render(hub, "west", "llama--west", {"cluster_id": "west", "replicas": 5}, 12)
+        await eventually(lambda: counts.foreign_renders >= 2, "west's render message refused")
+    finally:
+        await nats_bus.cancel_and_wait(operator)
+    assert sorted(d for d, _ in backend.applied) == ["llama--east", "mistral--east", "qwen--east"]
+    assert "not for cluster east" in caplog.text
+
+
+def test_the_compose_file_holds_the_generated_configuration() -> None:
+    """docker-compose.yml carries its NATS configuration inline; it must be what the generator
+    writes for its users (the passwords are references to the servers' environment)."""
+    compose = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text())
+    content = compose["configs"]["nats-auth"]["content"].replace("$$", "$")
+    assert content == nats_auth.server_config(
+        Credentials("hub", "$WINGSMITH_HUB_PASSWORD"),
+        {"east": "$WINGSMITH_EAST_PASSWORD", "west": "$WINGSMITH_WEST_PASSWORD"},
+        client=Credentials("cli", "$WINGSMITH_CLI_PASSWORD"),
+        api=Credentials("api", "$WINGSMITH_API_NATS_PASSWORD"),
+    )
