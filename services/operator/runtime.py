@@ -55,18 +55,21 @@ def foreign_cluster(cluster_id: str, subject: str, data: bytes) -> str | None:
     permissions already keep other clusters' messages from the operator's consumer; this check
     holds even if they were bypassed (a consumer re-filtered by someone allowed to, a render
     object built wrongly): the subject's cluster token and the object's `cluster_id` must both
-    be this cluster's."""
+    be this cluster's, and so must the deployment it is for (`<workload>--<cluster>`)."""
     parts = subject.split(".", 3)
     if len(parts) != 4 or parts[2] != cluster_id:
         return f"its subject {subject!r} is not under wingsmith.render.{cluster_id}"
     if not data:
         return None  # a removal carries no object
     try:
-        named = orjson.loads(data).get("cluster_id")
+        desired = orjson.loads(data)
+        named, deployment_id = desired.get("cluster_id"), desired.get("deployment_id")
     except (orjson.JSONDecodeError, AttributeError):
         return None  # not a render object at all: the backend says why it cannot apply it
     if named != cluster_id:
         return f"its object names cluster {named!r}"
+    if deployment_id is not None and not str(deployment_id).endswith(f"--{cluster_id}"):
+        return f"its object is for deployment {deployment_id!r} of another cluster"
     return None
 
 

@@ -27,6 +27,7 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
 from adapters import nats_auth, nats_bus
+from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.nats_auth import HUB_CONSUMER, Credentials
 from adapters.nats_server import EmbeddedNatsServer
 
@@ -322,6 +323,9 @@ ACTIONS: dict[str, Action] = {
         HUB,
         send("wingsmith.render.east.rogue--east", b"{}"),
         stored(RENDER, "wingsmith.render.east.rogue--east"),
+    ),
+    "publish-a-dead-letter": Action(
+        HUB, send(f"{DEAD_PREFIX}.relay", b"{}"), stored(DEAD_STREAM, f"{DEAD_PREFIX}.relay")
     ),
     "report-for-east": Action(
         HUB | {"operator-east"},

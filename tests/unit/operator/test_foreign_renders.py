@@ -9,8 +9,8 @@ import pytest
 from services.operator.runtime import foreign_cluster
 
 
-def render(cluster_id: str | None) -> bytes:
-    return orjson.dumps({"deployment_id": "chat--east", "cluster_id": cluster_id, "replicas": 1})
+def render(cluster_id: str | None, deployment_id: str = "chat--east") -> bytes:
+    return orjson.dumps({"deployment_id": deployment_id, "cluster_id": cluster_id, "replicas": 1})
 
 
 @pytest.mark.parametrize(
@@ -19,6 +19,10 @@ def render(cluster_id: str | None) -> bytes:
         ("wingsmith.render.east.chat--east", render("east")),
         ("wingsmith.render.east.chat--east", b""),  # a removal names no cluster but its subject's
         ("wingsmith.render.east.a.b", render("east")),  # the rest of the subject is the id's
+        (
+            "wingsmith.render.east.x--west--east",
+            render("east", "x--west--east"),
+        ),  # workload x--west
     ],
 )
 def test_its_own_clusters_render_message_is_accepted(subject: str, data: bytes) -> None:
@@ -35,6 +39,8 @@ def test_its_own_clusters_render_message_is_accepted(subject: str, data: bytes) 
         ("wingsmith.render.east.chat--east", render("west"), "names cluster 'west'"),
         ("wingsmith.render.east.chat--east", render(None), "names cluster None"),
         ("wingsmith.render.east.chat--east", b'{"replicas": 1}', "names cluster None"),
+        ("wingsmith.render.east.chat--east", render("east", "chat--west"), "'chat--west' of"),
+        ("wingsmith.render.east.chat--east", render("east", "chat--us-east"), "of another"),
     ],
 )
 def test_a_render_message_naming_another_cluster_is_refused(
