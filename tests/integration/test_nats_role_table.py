@@ -433,6 +433,11 @@ ACTIONS: dict[str, Action] = {
         ),
         hub_consumer_narrowed,
     ),
+    "narrow-the-hubs-consumer-name-in-subject-filter-in-body": Action(
+        HUB,
+        send(f"{JS}.CONSUMER.CREATE.{OBS}.{HUB_CONSUMER}", _hub_consumer(filter_subject=NARROW)),
+        hub_consumer_narrowed,
+    ),
     "narrow-the-hubs-consumer-legacy-form": Action(
         HUB,
         send(
@@ -460,6 +465,14 @@ ACTIONS: dict[str, Action] = {
         ),
         east_consumer_on_west,
         when_allowed=Outcome.DECLINED,
+    ),
+    "refilter-east-onto-west-name-in-subject-filter-in-body": Action(
+        HUB,
+        send(
+            f"{JS}.CONSUMER.CREATE.{RENDER}.operator-east",
+            _east_consumer(filter_subject=WEST_FILTER),
+        ),
+        east_consumer_on_west,
     ),
     "refilter-east-onto-west-name-in-body": Action(
         HUB,
