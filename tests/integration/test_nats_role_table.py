@@ -6,8 +6,8 @@ cluster's subjects). Each (role, action) pair is one test.
 
 A row passes only if the server decides as the table says: an allowed action is answered and
 its effect is visible to the hub; a forbidden one is reported as a permissions violation and
-its effect is absent. The hub is allowed everything, so every forbidden row is also shown, in
-the hub's row, to be a request that would have worked."""
+its effect is absent. The hub is allowed everything, so the hub's row shows that each forbidden
+request would have worked (all but one, which JetStream itself declines for anyone)."""
 
 from __future__ import annotations
 
