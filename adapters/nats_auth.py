@@ -8,7 +8,8 @@ per-user permissions in one account express the same rules directly. The hub is 
 control plane and may do anything in the account. Each operator gets an allow list: its own
 observation subjects, the JetStream API subjects of its own durable consumer on the render stream
 (and nothing that reads a stream any other way), and its own inbox prefix. Clients (the command
-line, the REST API, viewers) get the reading API, and the command subjects if they send commands.
+line, the REST API, viewers) get the reading API, and the command subjects if they send commands;
+each user receives its replies under an inbox prefix only it may subscribe to.
 
 Durable consumers are what a reader must never touch: the hub's on the observation stream and
 each operator's on the render stream hold positions and filters the control plane depends on.
@@ -44,6 +45,7 @@ _CLUSTER_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # nats-server reads the configuration's strings itself; these would end or bend one.
 _UNSAFE_SECRET = re.compile(r'["\\\x00-\x1f\x7f]')
 _REFERENCE = re.compile(r"^\$[A-Za-z_][A-Za-z0-9_]*$")
+_USER_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def check_cluster_id(cluster_id: str) -> str:
@@ -65,6 +67,16 @@ def operator_inbox_prefix(cluster_id: str) -> str:
     """The operator's own inbox prefix: replies to it (JetStream API answers, publish acks,
     fetched messages) go under it, and only it may subscribe there."""
     return f"_INBOX_{check_cluster_id(cluster_id)}"
+
+
+def user_inbox_prefix(user: str) -> str:
+    """A client's own inbox prefix, `_INBOX_<user>`: its replies (API answers, the messages its
+    ordered consumers deliver) go under it and only that user may subscribe there, so no other
+    user can read them, nor learn the names of its consumers from their acknowledgement
+    subjects. The user name becomes a subject token, hence the check."""
+    if not _USER_TOKEN.match(user):
+        raise ValueError(f"user {user!r}: only letters, digits, `-` and `_` may name a user")
+    return f"_INBOX_{user}"
 
 
 def render_filter(cluster_id: str) -> str:
@@ -110,11 +122,13 @@ def operator_permissions(cluster_id: str) -> Permissions:
     )
 
 
-def client_permissions(*, commands: bool, durables: Iterable[str] = (HUB_CONSUMER,)) -> Permissions:
+def client_permissions(
+    user: str, *, commands: bool, durables: Iterable[str] = (HUB_CONSUMER,)
+) -> Permissions:
     """A person's command line, the REST API or a viewer: reads events, views and the render and
     observation streams (stream info, message gets, KV gets, and the ordered consumers
     `nats_bus.read_stream` reads with); sends commands only if `commands`. It writes to no
-    stream and deletes nothing.
+    stream and deletes nothing. It receives its replies under its own inbox prefix.
 
     Its consumers are created through the subject naming the consumer and its filter, the one
     form permissions can tell apart by name: the unnamed form (`CONSUMER.CREATE.<stream>`)
@@ -133,7 +147,8 @@ def client_permissions(*, commands: bool, durables: Iterable[str] = (HUB_CONSUME
     if commands:
         publish.append(COMMAND_SUBJECTS)
     deny = [f"{JS_API}.CONSUMER.CREATE.*.{name}.>" for name in durables]
-    return Permissions(publish=tuple(publish), subscribe=("_INBOX.>",), deny_publish=tuple(deny))
+    inbox = f"{user_inbox_prefix(user)}.>"
+    return Permissions(publish=tuple(publish), subscribe=(inbox,), deny_publish=tuple(deny))
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +235,7 @@ def server_config(
     durables = durable_consumers(operators)
     for credentials, commands in [(client, True), (api, True), (viewer, False)]:
         if credentials is not None:
-            permissions = client_permissions(commands=commands, durables=durables)
+            permissions = client_permissions(credentials.user, commands=commands, durables=durables)
             users.append(_user_block(credentials, permissions))
     clients = [c.user for c in (client, api, viewer) if c]
     names = [hub.user, *map(operator_user, operators), *clients]

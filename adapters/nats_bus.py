@@ -38,6 +38,7 @@ from adapters.nats_auth import (
     operator_consumer,
     operator_inbox_prefix,
     render_filter,
+    user_inbox_prefix,
 )
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,12 @@ async def connect(
     """A connection that keeps reconnecting for as long as the process runs. `user` and
     `password` log in to a server that has users (else the URL's own `user:password@`, if any);
     `inbox_prefix` replaces `_INBOX` for the replies this connection receives, which is how a
-    server can let each operator subscribe to its own replies only."""
+    server can let each user subscribe to its own replies only. A user that logs in gets
+    `_INBOX_<user>` unless told otherwise (adapters/nats_auth.py allows it no other)."""
     nc = Client()
+    login_user = user if user is not None else _url_user(url)
+    if inbox_prefix is None and login_user is not None:
+        inbox_prefix = user_inbox_prefix(login_user)
     shown = _without_secrets(url)
 
     async def on_error(e: Exception) -> None:
@@ -658,6 +663,15 @@ def _without_secrets(url: str) -> str:
             rest = rest[authority.rindex("@") + 1 :]
         shown.append(f"{scheme}{sep}{rest}")
     return ",".join(shown)
+
+
+def _url_user(url: str) -> str | None:
+    """The user of the first server URL's `user:password@`, if it has one."""
+    _, sep, rest = url.split(",", 1)[0].strip().partition("://")
+    authority = (rest if sep else url.split(",", 1)[0].strip()).split("/", 1)[0]
+    if "@" not in authority:
+        return None
+    return authority[: authority.rindex("@")].split(":", 1)[0] or None
 
 
 async def connect_operator(

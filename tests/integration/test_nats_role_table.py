@@ -343,7 +343,10 @@ ACTIONS: dict[str, Action] = {
         HUB, listen("wingsmith.render.>", "wingsmith.render.west.probe--west")
     ),
     "subscribe-to-observations": Action(HUB, listen("wingsmith.obs.>", "wingsmith.obs.west.p")),
-    "subscribe-to-the-shared-inbox": Action(READERS, listen("_INBOX.>", "_INBOX.probe")),
+    # Each user has an inbox prefix of its own: nobody reads another's replies, nor learns the
+    # names of its consumers from them.
+    "subscribe-to-the-default-inbox": Action(HUB, listen("_INBOX.>", "_INBOX.probe")),
+    "subscribe-to-the-apis-inbox": Action(HUB | {"api"}, listen("_INBOX_api.>", "_INBOX_api.p")),
     "subscribe-to-easts-inbox": Action(
         HUB | {"operator-east"}, listen("_INBOX_east.>", "_INBOX_east.probe")
     ),
@@ -617,3 +620,22 @@ async def test_a_reader_whose_consumer_vanished_goes_on_under_a_new_name(world: 
     after = [c.name for c in await js.consumers_info(EVENTS)]
     assert before.startswith("reader-") and before not in after
     assert "permissions violation" not in world.caplog.text
+
+
+async def test_a_reader_logged_in_through_its_url_gets_its_own_inbox(world: World) -> None:
+    """Credentials in the URL rather than in `user=`: the connection still takes the user's own
+    inbox prefix, the only one the server lets it subscribe to."""
+    host = world.server.url.removeprefix("nats://")
+    nc = await nats_bus.connect(f"nats://viewer:{PASSWORDS['viewer']}@{host}", "url-viewer")
+    try:
+        events = nats_bus.read_stream(nc, EVENTS, "wingsmith.evt.>", follow=False)
+        assert [m.seq async for m in events] == [1]
+    finally:
+        await nc.close()
+    assert "permissions violation" not in world.caplog.text
+
+
+@pytest.mark.parametrize("user", ["a.b", "a*", ">", "a b", ""])
+def test_a_user_name_that_would_bend_its_inbox_subject_is_refused(user: str) -> None:
+    with pytest.raises(ValueError, match="may name a user"):
+        nats_auth.server_config(Credentials("hub", "x"), {}, viewer=Credentials(user, "pw"))
