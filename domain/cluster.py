@@ -5,25 +5,46 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from domain.base import Aggregate, Cause, Created, Event, Writer, require_writer
-from domain.values import DeviceClass, Frozen
+from domain.values import (
+    MAX_DEVICES_PER_NODE,
+    DeviceClass,
+    DeviceId,
+    Frozen,
+    LabelValue,
+    NodeName,
+    Token,
+    once_each,
+)
 
 
 class Node(Frozen):
-    node_id: str = Field(min_length=1, max_length=253)
+    """A node as its cluster reports it: `devices` is its allocatable count, and the ids of
+    those devices, when the cluster knows them, are listed once each."""
+
+    node_id: NodeName
     device_class: DeviceClass
-    devices: int = Field(ge=0, le=1024)
-    device_ids: tuple[str, ...] = ()
-    topology_domain: str | None = Field(default=None, max_length=253)
+    devices: int = Field(ge=0, le=MAX_DEVICES_PER_NODE)
+    device_ids: tuple[DeviceId, ...] = Field(default=(), max_length=MAX_DEVICES_PER_NODE)
+    topology_domain: LabelValue | None = None
+
+    @field_validator("device_ids")
+    @classmethod
+    def _its_devices(cls, ids: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        once_each(ids)
+        devices = info.data.get("devices")
+        if devices is not None and len(ids) > devices:
+            raise ValueError(f"{len(ids)} device ids for {devices} devices")
+        return ids
 
 
 class OperatorInfo(Frozen):
     """Which operator serves a cluster: each start picks a new instance id."""
 
-    instance: str = Field(min_length=1, max_length=64)
-    version: str = Field(min_length=1, max_length=64)
+    instance: Token
+    version: Token
     read_only: bool
     simulated: bool = False
 
@@ -65,6 +86,15 @@ class Cluster(Aggregate):
         for node in self.nodes:
             totals[node.device_class] += node.devices
         return dict(totals)
+
+    def node(self, node_id: str) -> Node | None:
+        """The reported node of that name, if any (indexed once per inventory)."""
+        index = self.__dict__.get("_node_index")
+        if index is None or index[0] is not self.nodes:
+            index = (self.nodes, {n.node_id: n for n in self.nodes})
+            self.__dict__["_node_index"] = index
+        found: Node | None = index[1].get(node_id)
+        return found
 
     def topology_domains(self) -> set[str]:
         return {n.topology_domain for n in self.nodes if n.topology_domain}

@@ -80,8 +80,8 @@ class DeploymentStatus(Frozen):
     phase: ClusterPhase
     reason: str | None = Field(default=None, max_length=256)
     message: str | None = Field(default=None, max_length=4096)
-    ready_replicas: int = Field(ge=0)
-    desired_replicas: int = Field(ge=0)
+    ready_replicas: int = Field(ge=0, le=100_000)
+    desired_replicas: int = Field(ge=0, le=100_000)
 
 
 class AuthorityDrift(DomainError):

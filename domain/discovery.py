@@ -7,7 +7,7 @@ default list) or promotes it (a workload pinned to the cluster with one observed
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -20,7 +20,15 @@ from domain.base import (
     Writer,
     require_writer,
 )
-from domain.values import Backend, Frozen, Name
+from domain.values import (
+    MAX_DEVICES_PER_NODE,
+    Backend,
+    EngineArg,
+    Frozen,
+    Namespace,
+    ObjectName,
+    text,
+)
 
 
 class DiscoveryState(StrEnum):
@@ -33,28 +41,30 @@ class DiscoveryState(StrEnum):
 WORKER_ROLES = ("worker", "decode", "prefill", "main")  # main: a legacy single worker
 
 
+MAX_COMPONENTS = 64  # a graph has a frontend, a few worker kinds and planners: a handful
+MAX_IMPORTED_ARGS = 512  # one engine's command line, argument by argument
+
+
 class DiscoveredComponent(Frozen):
-    name: str = Field(min_length=1, max_length=63)
-    role: str = Field(min_length=1, max_length=32)
-    replicas: int = Field(ge=0)
-    gpus_per_replica: int = Field(ge=0)
-    imported_args: tuple[str, ...] = ()
+    name: str = Field(pattern=r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$", max_length=63)
+    role: str = Field(pattern=r"^[A-Za-z0-9]([-_A-Za-z0-9]*[A-Za-z0-9])?$", max_length=32)
+    replicas: int = Field(ge=0, le=10_000)
+    gpus_per_replica: int = Field(ge=0, le=MAX_DEVICES_PER_NODE)
+    imported_args: tuple[EngineArg, ...] = Field(default=(), max_length=MAX_IMPORTED_ARGS)
 
 
 class Sighting(Frozen):
     """What the operator saw: a DynamoGraphDeployment it did not render."""
 
-    namespace: Name
-    name: str = Field(
-        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253
-    )  # a DNS subdomain
-    api_version: str
+    namespace: Namespace
+    name: ObjectName
+    api_version: str = Field(pattern=r"^[a-z0-9][-.a-z0-9]*(/[a-z0-9]+)?$", max_length=253)
     backend: Backend | None
-    components: tuple[DiscoveredComponent, ...]
+    components: tuple[DiscoveredComponent, ...] = Field(max_length=MAX_COMPONENTS)
     # what a promotion needs to declare the workload, when the manifest says it
-    model: str | None = Field(default=None, max_length=256)
-    image: str | None = Field(default=None, max_length=512)
-    engine_version: str | None = Field(default=None, max_length=64)
+    model: Annotated[str, *text(256)] | None = None
+    image: Annotated[str, *text(512)] | None = None
+    engine_version: Annotated[str, *text(64)] | None = None
     tensor_parallel: int | None = Field(default=None, ge=1, le=64)
 
     def workers(self) -> tuple[DiscoveredComponent, ...]:

@@ -5,10 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Hashable, Sequence
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
+
+T = TypeVar("T", bound=Hashable)
 
 # A DNS label: it is safe as a Kubernetes name, a NATS subject token and a KV key.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -25,6 +36,105 @@ DeviceClass = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([-_A-Za-z0-9]*[A-Za-z0-9])?$", max_length=63)
 ]
 EngineArg = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+# What the outside names goes into NATS subjects (`wingsmith.evt.replica.<id>.<Type>`), KV keys
+# and consumer names, where a space, a control character, `.`, `*` or `>` breaks or changes
+# the subject. Each value is checked here, as what Kubernetes itself allows for it, before it
+# reaches an aggregate; a refusal says what the value should have been. See
+# docs/commands.md#names-and-limits.
+
+
+def matching(pattern: str, what: str, max_length: int, min_length: int = 1) -> Any:
+    """The constraints of a text of `min_length` to `max_length` characters that matches
+    `pattern`; one that does not is refused as not being `what` (pydantic's own message would
+    quote the pattern). The JSON Schema keeps the pattern and the lengths."""
+    compiled = re.compile(pattern)
+    schema = {"type": "string", "pattern": pattern, "minLength": min_length}
+
+    def check(text: str) -> str:
+        if compiled.fullmatch(text) is None:
+            shown = repr(text) if len(text) <= 80 else f"{text[:60]!r}…"
+            raise ValueError(f"{shown} is not {what}")
+        return text
+
+    return (
+        StringConstraints(min_length=min_length, max_length=max_length),
+        AfterValidator(check),
+        WithJsonSchema(schema | {"maxLength": max_length}),
+    )
+
+
+# A DNS subdomain (RFC 1123): pod, node and object names. Its dots never reach a subject token
+# whole: ids built from one replace them (`Replica.key_for`).
+SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_SUBDOMAIN = matching(
+    SUBDOMAIN_PATTERN,
+    "a DNS subdomain: lower-case letters, digits, '-' and '.', "
+    "starting and ending with a letter or digit",
+    253,
+)
+Subdomain = Annotated[str, *_SUBDOMAIN]
+PodName = Subdomain
+NodeName = Subdomain
+ObjectName = Subdomain  # a DynamoGraphDeployment's or any other Kubernetes object's name
+Namespace = Name
+
+# Ids the plane makes of names: a deployment is `<workload>--<cluster>`, a discovery
+# `<cluster>--<namespace>--<name with dots as dashes>`; both stay one DNS-label-like token.
+_ID = "an id: lower-case letters, digits and '-', starting and ending with a letter or digit"
+DeploymentId = Annotated[str, *matching(NAME_PATTERN, _ID, 128)]
+DiscoveryId = Annotated[str, *matching(NAME_PATTERN, _ID, 383)]
+
+# A device as its plugin names it: GPU UUIDs (`GPU-8f6c…`), MIG devices (`MIG-GPU-…/1/0`), or
+# the operator's stand-in `<node>/<pod>/gpu<i>`. Letters, digits and `-_.:/`, nothing else.
+_DEVICE_ID = matching(
+    r"^[A-Za-z0-9][-_.:/A-Za-z0-9]*$",
+    "a device id: letters, digits and '-_.:/', starting with a letter or digit",
+    512,
+)
+DeviceId = Annotated[str, *_DEVICE_ID]
+# What a node can hold: 8 GPUs on most servers, 16 on the densest, each split into at most 7
+# MIG instances (112); 128 leaves room without letting a report claim a data centre per node.
+MAX_DEVICES_PER_NODE = 128
+
+# Versions, digests and instance ids: one word of letters, digits and `-_.:+`, no spaces.
+_TOKEN = matching(
+    r"^[A-Za-z0-9][-_.:+A-Za-z0-9]*$",
+    "one word: letters, digits and '-_.:+', starting with a letter or digit",
+    64,
+)
+Token = Annotated[str, *_TOKEN]
+# A Kubernetes label value (region, topology domain): empty, or up to 63 of `A-Za-z0-9-_.`.
+_LABEL_VALUE = matching(
+    r"^([A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?)?$",
+    "a label value: letters, digits and '-_.', starting and ending with a letter or digit",
+    63,
+    min_length=0,
+)
+LabelValue = Annotated[str, *_LABEL_VALUE]
+# A label key: an optional DNS-subdomain prefix and `/`, then a name of up to 63.
+_LABEL_KEY = matching(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$",
+    "a label key: an optional DNS-subdomain prefix and '/', then letters, digits and '-_.'",
+    317,
+)
+LabelKey = Annotated[str, *_LABEL_KEY]
+
+
+def text(max_length: int) -> Any:
+    """Words for people (a reason, a message): any text but control characters, bounded."""
+    return matching(r"^[^\x00-\x1f\x7f]*$", "text without control characters", max_length, 0)
+
+
+def once_each(items: Sequence[T]) -> Sequence[T]:
+    """`items` when none is repeated; for lists whose entries name distinct things."""
+    seen: set[T] = set()
+    for item in items:
+        if item in seen:
+            raise ValueError(f"{item!r} is listed more than once")
+        seen.add(item)
+    return items
 
 
 class Frozen(BaseModel):
@@ -97,5 +207,5 @@ class ResourceRef(Frozen):
     """A Kubernetes object by namespace and name, e.g. the DynamoGraphDeployment a deployment
     was adopted from."""
 
-    namespace: Name
-    name: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
+    namespace: Namespace
+    name: ObjectName

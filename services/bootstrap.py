@@ -14,6 +14,7 @@ from pathlib import Path
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
+from adapters.dead_letters import DeadLetters
 from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from adapters.nats_server import EmbeddedNatsServer, die_with_parent
 from adapters.simulated import SimNode, SimulatedCluster
@@ -24,7 +25,7 @@ from services.api.protocol import HttpLimits
 from services.api.server import Serving, serving
 from services.config import Settings
 from services.hub import CommandService
-from services.ingest import ingest
+from services.ingest import Buckets, RateLimit, ingest
 from services.liveness import Liveness
 from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
@@ -116,6 +117,8 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
                 lambda: nats_bus.observation_batches(nc),
                 commands.execute,
                 liveness.heard if liveness else lambda cluster_id: None,
+                DeadLetters(nc),
+                Buckets(RateLimit(settings.observation_rate, settings.observation_burst)),
             )
             tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)

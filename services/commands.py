@@ -9,18 +9,55 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from domain.admission import Decision, Placement
 from domain.base import Writer
 from domain.cluster import Node, OperatorInfo
 from domain.deployment import DeploymentStatus
 from domain.discovery import Sighting
-from domain.values import DeviceClass, EngineArg, Name, ServingConfig
+from domain.values import (
+    MAX_DEVICES_PER_NODE,
+    DeploymentId,
+    DeviceClass,
+    DeviceId,
+    DiscoveryId,
+    EngineArg,
+    LabelKey,
+    LabelValue,
+    Name,
+    Namespace,
+    NodeName,
+    ObjectName,
+    PodName,
+    ServingConfig,
+    Token,
+    once_each,
+    text,
+)
 
 CommandId = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][-_.:A-Za-z0-9]*$", min_length=1, max_length=128)
 ]
+
+# The command ids the hub gives its own commands; a client's command_id may not start with one,
+# or it could take (or be taken for) one of them. Made by: services/ingest.py (`obs:`, from an
+# operator's message id), services/scheduler.py (`admission-`, `placement-`) and
+# services/liveness.py (`silence-`).
+OBSERVATION_PREFIX = "obs:"
+INTERNAL_PREFIXES = (OBSERVATION_PREFIX, "admission-", "placement-", "silence-")
+
+
+def reserved_prefix(command_id: str) -> str | None:
+    """The internal prefix `command_id` starts with, if any."""
+    return next((p for p in INTERNAL_PREFIXES if command_id.startswith(p)), None)
 
 
 class Command(BaseModel):
@@ -48,10 +85,11 @@ class RegisterCluster(Command):
 
     subject = "cluster.register"
     cluster_id: Name
-    region: str | None = Field(default=None, min_length=1, max_length=63)
-    labels: dict[Annotated[str, StringConstraints(max_length=63)], str] = Field(
-        default_factory=dict, max_length=64
-    )
+    region: LabelValue | None = Field(default=None, min_length=1)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+
+
+MAX_NODES = 10_000  # one report's nodes; a payload holds about 2,000 with 8 device ids each
 
 
 class ReportInventory(Command):
@@ -59,7 +97,13 @@ class ReportInventory(Command):
 
     subject = "cluster.report_inventory"
     cluster_id: Name
-    nodes: list[Node] = Field(max_length=10_000)
+    nodes: list[Node] = Field(max_length=MAX_NODES)
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_once_each(cls, nodes: list[Node]) -> list[Node]:
+        once_each([n.node_id for n in nodes])
+        return nodes
 
 
 class CreateWorkload(Command):
@@ -109,21 +153,21 @@ class EnableDeployment(Command):
     """Let the operator reconcile this deployment again."""
 
     subject = "deployment.enable"
-    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    deployment_id: DeploymentId
 
 
 class DisableDeployment(Command):
     """Stop reconciling: the operator scales the deployment to zero."""
 
     subject = "deployment.disable"
-    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    deployment_id: DeploymentId
 
 
 class SetEngineArgs(Command):
     """Set the engine arguments the deployment should run with (desired state)."""
 
     subject = "deployment.set_engine_args"
-    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    deployment_id: DeploymentId
     engine_args: list[EngineArg] = Field(max_length=256)
 
 
@@ -131,7 +175,7 @@ class PromoteAuthority(Command):
     """Hand an observed deployment to the operator: observed -> managed."""
 
     subject = "deployment.promote_authority"
-    deployment_id: Annotated[str, StringConstraints(min_length=1, max_length=160)]
+    deployment_id: DeploymentId
     authority: Literal["managed"]
     force: bool = Field(default=False, description="Promote even if engine_args differ")
 
@@ -179,7 +223,9 @@ class SetClusterReachability(Command):
     reachable: bool
 
 
-DeploymentRef = Annotated[str, StringConstraints(min_length=1, max_length=160)]
+DeploymentRef = DeploymentId
+MAX_VERSION = 2**63 - 1  # a resourceVersion or sequence number: what a signed 64-bit holds
+VERSION_HELP = "The cluster's ordering (a resourceVersion); 0: none"
 
 
 class ObserveReplica(Command):
@@ -190,15 +236,19 @@ class ObserveReplica(Command):
     writer = Writer.CLUSTER
     cluster_id: Name
     deployment_id: DeploymentRef
-    pod: str = Field(min_length=1, max_length=253)
-    node_id: str = Field(min_length=1, max_length=253)
-    device_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = Field(
-        max_length=1024
-    )
-    serving_digest: str = Field(min_length=1, max_length=64)
-    engine_version: str = Field(min_length=1, max_length=64)
+    pod: PodName
+    node_id: NodeName
+    device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_NODE)
+    serving_digest: Token
+    engine_version: Token
     state: Literal["started", "ready", "not_ready", "terminated"]
-    version: int = Field(default=0, ge=0, description="The cluster's ordering; 0: none")
+    version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
+
+    @field_validator("device_ids")
+    @classmethod
+    def _devices_once_each(cls, device_ids: list[str]) -> list[str]:
+        once_each(device_ids)
+        return device_ids
 
 
 class ObserveDeployment(Command):
@@ -210,8 +260,10 @@ class ObserveDeployment(Command):
     cluster_id: Name
     deployment_id: DeploymentRef
     status: DeploymentStatus | None = None
-    live_digests: dict[Annotated[str, StringConstraints(max_length=64)], int] | None = None
-    version: int = Field(default=0, ge=0, description="The cluster's ordering; 0: none")
+    live_digests: dict[Token, Annotated[int, Field(ge=0, le=10_000)]] | None = Field(
+        default=None, max_length=64
+    )
+    version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
 
 
 class ObserveAction(Command):
@@ -223,10 +275,10 @@ class ObserveAction(Command):
     cluster_id: Name
     deployment_id: DeploymentRef
     verb: Literal["create", "patch", "delete"]
-    namespace: Name
-    name: str = Field(min_length=1, max_length=253)
+    namespace: Namespace
+    name: ObjectName
     performed: bool
-    reason: str = Field(max_length=256)
+    reason: Annotated[str, *text(256)]
 
 
 class ObserveHeartbeat(Command):
@@ -246,8 +298,8 @@ class ObserveDiscovery(Command):
     subject = "discovery.observe"
     writer = Writer.CLUSTER
     cluster_id: Name
-    namespace: Name
-    name: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
+    namespace: Namespace
+    name: ObjectName
     sighting: Sighting | None = None
 
     @model_validator(mode="after")
@@ -260,7 +312,7 @@ class ObserveDiscovery(Command):
         return self
 
 
-DiscoveryRef = Annotated[str, StringConstraints(min_length=1, max_length=400)]
+DiscoveryRef = DiscoveryId
 
 
 class TrackDiscovery(Command):

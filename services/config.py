@@ -67,6 +67,17 @@ def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
     return tokens
 
 
+def _positive(env: dict[str, str], variable: str, default: float, most: float) -> float:
+    text = env.get(variable) or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value <= most:
+        raise ValueError(f"{variable} must be a number from 1 to {most:g}, not {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     nats_url: str | None  # None: start the embedded nats-server
@@ -79,6 +90,8 @@ class Settings:
     admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1
     cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
+    observation_rate: float = 200.0  # reports a second each cluster may have handled, sustained
+    observation_burst: float = 5000.0  # ... and at once
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
@@ -104,6 +117,8 @@ class Settings:
         if not 1 <= cluster_silence <= 86_400:
             raise ValueError("WINGSMITH_CLUSTER_SILENCE must be a number of seconds, 1 to 86400")
         return cls(
+            observation_rate=_positive(env, "WINGSMITH_OBS_RATE", 200.0, 1_000_000),
+            observation_burst=_positive(env, "WINGSMITH_OBS_BURST", 5000.0, 10_000_000),
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
             data_dir=data_dir_from(env),

@@ -247,6 +247,7 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
     key = Replica.key_for(deployment.key, cmd.pod)
     replica = repo.get(Replica, key)
     if replica is None:
+        _check_devices(repo, cmd)
         replica = Replica.start(
             cause,
             deployment_id=deployment.key,
@@ -270,6 +271,32 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
     if replica.ready and not replica.terminated:
         _advance(deployment, cause, AdmissionPhase.RUNNING)
     return {"replica_id": key, "admission_phase": deployment.admission_phase.value}
+
+
+def _check_devices(repo: Repository, cmd: c.ObserveReplica) -> None:
+    """A replica holds devices only on a node its cluster reported, no more than that node
+    has, and (when the cluster named them) only devices of that node."""
+    if not cmd.device_ids:
+        return
+    cluster = _require(repo, Cluster, cmd.cluster_id, "cluster_id")
+    node = cluster.node(cmd.node_id)
+    if node is None:
+        raise InvalidValue(
+            f"node {cmd.node_id!r} is not in cluster {cmd.cluster_id!r}'s reported inventory",
+            field="node_id",
+        )
+    if len(cmd.device_ids) > node.devices:
+        raise InvalidValue(
+            f"{len(cmd.device_ids)} devices on node {node.node_id!r}, which reported "
+            f"{node.devices}",
+            field="device_ids",
+        )
+    unknown = sorted(set(cmd.device_ids) - set(node.device_ids)) if node.device_ids else []
+    if unknown:
+        raise InvalidValue(
+            f"device {unknown[0]!r} is not one of node {node.node_id!r}'s reported devices",
+            field="device_ids",
+        )
 
 
 def observe_deployment(repo: Repository, cmd: c.ObserveDeployment, cause: Cause) -> dict[str, Any]:

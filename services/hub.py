@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from adapters.store import Conflict, EventStore, Notification, StoreThread
 from domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from domain.receipt import CommandReceipt
-from services.commands import COMMANDS, Command
+from services.commands import COMMANDS, Command, reserved_prefix
 from services.handlers import HANDLERS
+from services.wire import duplicate_key
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,29 @@ def parse(subject: str, data: bytes, max_bytes: int) -> Command | bytes:
         return error_reply(
             "unknown_command", f"no command on subject {subject!r}", known=sorted(COMMANDS)
         )
+    repeated = duplicate_key(data)
+    if repeated is not None:
+        return _problem_reply(
+            repeated, f"key {repeated!r} is given more than once", "duplicate_key"
+        )
     try:
-        return cls.model_validate_json(data, strict=True)
+        command = cls.model_validate_json(data, strict=True)
     except ValidationError as e:
         return validation_reply(e)
+    prefix = reserved_prefix(command.command_id)
+    if prefix is not None:
+        return _problem_reply(
+            "command_id",
+            f"the prefix {prefix!r} is reserved for the hub's own commands; choose another",
+            "reserved_prefix",
+        )
+    return command
+
+
+def _problem_reply(field: str, problem: str, kind: str) -> bytes:
+    """A validation error about one field, shaped as pydantic's are."""
+    errors = [{"field": field, "problem": problem, "type": kind}]
+    return error_reply("validation_error", f"{field}: {problem}", errors=errors)
 
 
 @dataclass(slots=True)

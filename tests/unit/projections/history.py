@@ -126,7 +126,12 @@ class Fleet:
     def regroup(self, cluster: str, domain: str | None) -> None:
         """Report the cluster's inventory with its nodes in another topology domain."""
         nodes = tuple(
-            Node(node_id=f"{cluster}-{dc}", device_class=dc, devices=16, topology_domain=domain)
+            Node(
+                node_id=f"{cluster}-{dc.lower()}",
+                device_class=dc,
+                devices=16,
+                topology_domain=domain,
+            )
             for dc in CLASSES
         )
         self.clusters[cluster].report_inventory(CLUSTER, nodes)
@@ -170,7 +175,7 @@ class Fleet:
             CLUSTER,
             deployment_id=d.key,
             name=f"pod-{len(self.replicas)}",
-            node_id=f"{d.cluster_id}-{d.device_class}",
+            node_id=f"{d.cluster_id}-{d.device_class.lower()}",
             device_ids=devices,
             serving_digest=d.serving_digest,
             engine_version="1.0",

@@ -26,7 +26,7 @@ from services.handlers import (
 from services.liveness import Liveness
 
 from ..domain.conftest import cluster, plane
-from .test_observe import Repo, admitted_deployment, replica, status, types
+from .test_observe import Repo, admitted_deployment, east, replica, status, types
 
 ARGS = ["--model", "Qwen/Qwen3-8B", "--tensor-parallel-size", "2"]
 
@@ -164,7 +164,7 @@ def test_a_heartbeat_registers_an_unknown_cluster_and_records_each_operator_star
 
 def test_late_reports_change_nothing() -> None:
     deployment = admitted_deployment()
-    repo = Repo(deployment)
+    repo = Repo(east(), deployment)
     observe_replica(repo, replica("ready", version=5), cluster())
     observe_replica(repo, replica("not_ready", version=7), cluster())
     observe_replica(repo, replica("ready", version=6), cluster())  # older than the last

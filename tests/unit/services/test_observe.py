@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from domain.base import Aggregate, DomainError
-from domain.cluster import Cluster
+from domain.cluster import Cluster, Node
 from domain.deployment import AdmissionReason, Authority, Deployment
 from domain.replica import Replica
 from services import commands as c
@@ -50,6 +50,17 @@ def admitted_deployment() -> Deployment:
     return d
 
 
+def east() -> Cluster:
+    """The cluster the reports come from, with the node and devices they name."""
+    east = Cluster.register(plane(), "east", None, {})
+    node = Node(
+        node_id="n1", device_class="H100", devices=4, device_ids=tuple(f"GPU-{i}" for i in range(4))
+    )
+    east.report_inventory(plane(), (node,))
+    east.collect_events()
+    return east
+
+
 def replica(state: str, pod: str = "chat-0", **changes: Any) -> c.ObserveReplica:
     body = {
         "command_id": f"obs-{pod}-{state}",
@@ -81,7 +92,7 @@ def types(*aggregates: Aggregate) -> list[str]:
 
 def test_a_replica_holding_devices_places_the_deployment_and_a_ready_one_runs_it() -> None:
     d = admitted_deployment()
-    repo = Repo(d)
+    repo = Repo(east(), d)
     observe_replica(repo, replica("started"), cluster())
     assert d.admission_phase.value == "placed"
     observe_replica(repo, replica("ready"), cluster())
@@ -93,7 +104,7 @@ def test_a_replica_holding_devices_places_the_deployment_and_a_ready_one_runs_it
 
 def test_a_ready_report_that_overtakes_the_start_still_makes_sense() -> None:
     d = admitted_deployment()
-    repo = Repo(d)
+    repo = Repo(east(), d)
     observe_replica(repo, replica("ready"), cluster())
     assert types(repo.get(Replica, "chat--east--chat-0")) == ["ReplicaStarted", "ReplicaReady"]
     assert types(d) == ["DeploymentPlaced", "DeploymentRunning"]
@@ -101,7 +112,7 @@ def test_a_ready_report_that_overtakes_the_start_still_makes_sense() -> None:
 
 def test_reports_seen_again_or_late_change_nothing() -> None:
     d = admitted_deployment()
-    repo = Repo(d)
+    repo = Repo(east(), d)
     for state in ("started", "ready", "terminated", "ready", "started", "terminated"):
         observe_replica(repo, replica(state), cluster())
     r = repo.get(Replica, "chat--east--chat-0")
@@ -118,7 +129,7 @@ def test_a_pending_deployment_does_not_move_on_what_its_replicas_do() -> None:
         devices=2,
     )
     d.collect_events()
-    observe_replica(Repo(d), replica("ready"), cluster())
+    observe_replica(Repo(east(), d), replica("ready"), cluster())
     assert d.admission_phase.value == "pending"
 
 
@@ -134,7 +145,7 @@ def test_a_failure_the_cluster_reports_fails_the_deployment_with_its_reason() ->
 
 def test_a_running_deployment_with_no_ready_replica_left_is_placed_again() -> None:
     d = admitted_deployment()
-    repo = Repo(d)
+    repo = Repo(east(), d)
     observe_replica(repo, replica("ready"), cluster())
     observe_deployment(repo, status("progressing", 0), cluster())
     assert d.admission_phase.value == "placed"
