@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -29,7 +29,12 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.client import JetStreamContext
-from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import (
+    BadRequestError,
+    NotFoundError,
+    ServerError,
+    ServiceUnavailableError,
+)
 from nats.nuid import NUID
 
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
@@ -56,12 +61,35 @@ OBS_STREAM = "WINGSMITH_OBS"
 OBS_PREFIX = "wingsmith.obs"
 POSITION_HEADER = "Wingsmith-Position"
 
+# Limits of every stream (docs/nats.md#limits). Each is a backstop sized so that nothing the
+# system still needs is discarded: the server refuses a message over its stream's size, and a
+# full stream drops its oldest messages (never the newest, which the relay resumes from).
+MiB, GiB = 1024**2, 1024**3
+MAX_MESSAGE = 1 * MiB  # the server's own max_payload: no message can be larger anyway
+# An operator's report: half a message, so that the event it becomes (every default spelled
+# out, plus the envelope) still fits on WINGSMITH_EVENTS. A larger one is refused at publish.
+MAX_REPORT = 512 * 1024
+OBS_PER_SUBJECT = 100_000  # one cluster's backlog of one kind: a runaway drops its own oldest
+VIEWS_PER_SUBJECT = 16  # changes kept per view key; its latest value is also in its KV bucket
+DEFAULT_MAX_BYTES = {  # reserved on the server's disk when the stream is created
+    EVENTS_STREAM: 4 * GiB,
+    RENDER_STREAM: 256 * MiB,
+    OBS_STREAM: 1 * GiB,
+    VIEWS_STREAM: 1 * GiB,
+    DEAD_STREAM: 1 * GiB,
+}
+DAY = 24 * 3600.0
+
 STREAMS = [
     StreamConfig(
         name=EVENTS_STREAM,
         subjects=["wingsmith.evt.>"],
         storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.OLD,
+        max_bytes=DEFAULT_MAX_BYTES[EVENTS_STREAM],
+        max_msg_size=MAX_MESSAGE,
+        max_age=0,  # none: the relay resumes from the last message, however quiet the fleet
         duplicate_window=120.0,
         description="Domain events, in event-store order, each exactly once",
     ),
@@ -69,7 +97,11 @@ STREAMS = [
         name=RENDER_STREAM,
         subjects=["wingsmith.render.>"],
         storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
         max_msgs_per_subject=1,
+        max_bytes=DEFAULT_MAX_BYTES[RENDER_STREAM],
+        max_msg_size=MAX_MESSAGE,
+        max_age=0,  # none: a deployment's desired state stands until it changes
         description="Desired state per deployment: the latest value per subject",
     ),
     StreamConfig(
@@ -77,13 +109,23 @@ STREAMS = [
         subjects=[f"{OBS_PREFIX}.>"],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
-        max_age=7 * 24 * 3600.0,
+        max_msgs_per_subject=OBS_PER_SUBJECT,
+        max_bytes=DEFAULT_MAX_BYTES[OBS_STREAM],
+        max_msg_size=MAX_REPORT,
+        max_age=7 * DAY,
+        duplicate_window=120.0,
         description="Observations from cluster operators",
     ),
     StreamConfig(
         name=VIEWS_STREAM,
         subjects=["wingsmith.proj.>"],
         storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_msgs_per_subject=VIEWS_PER_SUBJECT,
+        max_bytes=DEFAULT_MAX_BYTES[VIEWS_STREAM],
+        max_msg_size=MAX_MESSAGE,
+        max_age=0,  # none: an unchanged view's last change is how readers learn its value
+        duplicate_window=120.0,
         description="Projection updates",
     ),
     StreamConfig(
@@ -91,8 +133,9 @@ STREAMS = [
         subjects=[f"{DEAD_PREFIX}.>"],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
-        max_age=30 * 24 * 3600.0,
-        max_bytes=1024**3,
+        max_age=30 * DAY,
+        max_bytes=DEFAULT_MAX_BYTES[DEAD_STREAM],
+        max_msg_size=MAX_MESSAGE,
         duplicate_window=120.0,
         description="Messages and events set aside by the stage that could not handle them",
     ),
@@ -149,16 +192,28 @@ async def connect(
 
 
 NO_PEERS_YET = 10005  # "no suitable peers for placement": a cluster still forming
+NO_STORAGE = 10047  # "insufficient storage resources available": max_bytes is reserved
 
 
-async def ensure_streams(nc: Client, replicas: int = 1, wait_for_peers: float = 60.0) -> None:
+class NoStorage(RuntimeError):
+    """The server's disk budget cannot hold a stream's size limit."""
+
+
+async def ensure_streams(
+    nc: Client,
+    replicas: int = 1,
+    wait_for_peers: float = 60.0,
+    max_bytes: Mapping[str, int] | None = None,
+) -> None:
     """Create the contract's streams, or bring existing ones to this configuration. A NATS
     cluster that is still forming has too few peers for replicated streams: ask again, for up to
-    `wait_for_peers` seconds."""
+    `wait_for_peers` seconds. `max_bytes` overrides the size limit of the streams it names."""
     js = nc.jetstream()
     deadline = asyncio.get_running_loop().time() + wait_for_peers
+    sizes = max_bytes or {}
     for config in STREAMS:
-        config = dataclasses.replace(config, num_replicas=replicas)
+        size = sizes.get(config.name or "") or config.max_bytes
+        config = dataclasses.replace(config, num_replicas=replicas, max_bytes=size)
         while True:
             try:
                 await _add_or_update(js, config)
@@ -167,6 +222,14 @@ async def ensure_streams(nc: Client, replicas: int = 1, wait_for_peers: float = 
                 if e.err_code != NO_PEERS_YET or asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.5)
+            except ServerError as e:
+                if e.err_code != NO_STORAGE:
+                    raise
+                raise NoStorage(
+                    f"the NATS server cannot reserve {config.max_bytes} bytes for stream "
+                    f"{config.name}: give it more disk (jetstream max_file_store) or set "
+                    f"WINGSMITH_STREAM_MAX_BYTES (e.g. {config.name}=1G)"
+                ) from None
 
 
 async def _add_or_update(js: JetStreamContext, config: StreamConfig) -> None:
@@ -498,8 +561,10 @@ class ViewPublisher:
 
     async def start(self, projections: list[str], replicas: int = 1) -> None:
         for bucket in [*map(view_bucket, projections), PROGRESS_BUCKET]:
-            await self._js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
+            await self._js.create_key_value(  # one value per key: bounded by the keys
+                KeyValueConfig(
+                    bucket=bucket, history=1, replicas=replicas, max_value_size=MAX_MESSAGE
+                )
             )
 
     async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:

@@ -80,7 +80,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
         nc = await connect(settings, "wingsmith-hub", url)
         stack.push_async_callback(nc.close)
-        await nats_bus.ensure_streams(nc, settings.stream_replicas)
+        await nats_bus.ensure_streams(
+            nc, settings.stream_replicas, max_bytes=settings.stream_max_bytes
+        )
         env = store_env(settings.store_url, settings.data_dir)
         store = await StoreThread.open(env)
         stack.push_async_callback(store.close)
@@ -216,7 +218,9 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
     async with contextlib.AsyncExitStack() as stack:
         nc = await connect(settings, "wingsmith-projector")
         stack.push_async_callback(nc.close)
-        await nats_bus.ensure_streams(nc, settings.stream_replicas)
+        await nats_bus.ensure_streams(
+            nc, settings.stream_replicas, max_bytes=settings.stream_max_bytes
+        )
         env = store_env(settings.store_url, settings.data_dir)
         store = await StoreThread.open(env)
         stack.push_async_callback(store.close)

@@ -78,6 +78,24 @@ def _positive(env: dict[str, str], variable: str, default: float, most: float) -
     return value
 
 
+_SIZE = re.compile(r"^(WINGSMITH_[A-Z]+)=([0-9]+)([KMG]?)$")
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _stream_sizes(text: str) -> dict[str, int]:
+    """`WINGSMITH_EVENTS=16G,WINGSMITH_PROJ=4G`: each stream's size limit, in bytes."""
+    sizes: dict[str, int] = {}
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        found = _SIZE.match(entry)
+        if found is None or int(found[2]) == 0:
+            raise ValueError(
+                f"WINGSMITH_STREAM_MAX_BYTES: {entry!r} is not STREAM=SIZE "
+                "(e.g. WINGSMITH_EVENTS=16G; K, M or G, or bytes)"
+            )
+        sizes[found[1]] = int(found[2]) * _UNITS[found[3]]
+    return sizes
+
+
 @dataclass(frozen=True)
 class Settings:
     nats_url: str | None  # None: start the embedded nats-server
@@ -92,6 +110,7 @@ class Settings:
     cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
     observation_rate: float = 200.0  # reports a second each cluster may have handled, sustained
     observation_burst: float = 5000.0  # ... and at once
+    stream_max_bytes: dict[str, int] = field(default_factory=dict)  # stream -> size limit
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
@@ -119,6 +138,7 @@ class Settings:
         return cls(
             observation_rate=_positive(env, "WINGSMITH_OBS_RATE", 200.0, 1_000_000),
             observation_burst=_positive(env, "WINGSMITH_OBS_BURST", 5000.0, 10_000_000),
+            stream_max_bytes=_stream_sizes(env.get("WINGSMITH_STREAM_MAX_BYTES", "")),
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
             data_dir=data_dir_from(env),

@@ -282,7 +282,7 @@ def _check_devices(repo: Repository, cmd: c.ObserveReplica) -> None:
     node = cluster.node(cmd.node_id)
     if node is None:
         raise InvalidValue(
-            f"node {cmd.node_id!r} is not in cluster {cmd.cluster_id!r}'s reported inventory",
+            f"node {cmd.node_id!r} is not in the inventory cluster {cmd.cluster_id!r} reported",
             field="node_id",
         )
     if len(cmd.device_ids) > node.devices:

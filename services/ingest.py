@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import ValidationError
 
-from adapters.nats_bus import OBS_PREFIX, Delivery
+from adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
 from services import commands as c
 from services.wire import DuplicateKey, loads
 
@@ -46,9 +46,8 @@ KINDS: dict[str, type[c.Command]] = {
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
 _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
-# Half the server's default message limit (1 MiB): the event a report becomes (an inventory's
-# nodes with every default spelled out, plus the envelope) must still fit on WINGSMITH_EVENTS.
-MAX_REPORT_BYTES = 512 * 1024
+# The stream refuses a larger report at publish; checked again here, as every limit is.
+MAX_REPORT_BYTES = MAX_REPORT
 COMPONENT = "ingest"  # what the dead letters are filed under
 
 

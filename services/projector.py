@@ -26,7 +26,7 @@ from adapters.nats_bus import StreamMessage
 from adapters.store import Notification, StoreThread
 from projections.base import Fold, Keys, Projection
 from projections.fleet import PROJECTIONS
-from services.relay import event_type
+from services.relay import event_type, to_message
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ class Projector:
         await self.checkpoint()
 
     async def _step(self, batch: list[StreamMessage]) -> None:
+        if batch[0].seq > self.seq + 1:
+            await self._fill_gap(batch[0])
         await self._apply(batch)
         if self._due():
             await self.checkpoint()
@@ -143,6 +145,36 @@ class Projector:
             }
         )
         self._since_checkpoint += len(batch)
+
+    async def _fill_gap(self, first: StreamMessage) -> None:
+        """The stream no longer holds the events between the last one applied and `first`: its
+        size limit discarded them while the projector was away. The stream is a gap-free
+        prefix of the store, so they are the store's events up to `first`'s: fold those, and
+        publish their changes, as if they had come from the stream."""
+        upto = int(orjson.loads(first.data)["position"]) - 1
+        log.warning(
+            "projector: stream sequences %d to %d are gone from the stream; reading positions "
+            "%d to %d from the store",
+            self.seq + 1,
+            first.seq - 1,
+            self.fold.position + 1,
+            upto,
+        )
+        while self.fold.position < upto:
+            notes = await self._store.run(
+                self._store.store.read, self.fold.position, READ_PAGE, upto
+            )
+            if not notes:
+                break
+            stand_ins = [
+                StreamMessage(first.seq - 1, m.subject, m.payload, {}, first.time)
+                for m in map(to_message, notes)
+                if m is not None
+            ]
+            if stand_ins:
+                await self._apply(stand_ins)
+            self.fold.position = max(self.fold.position, notes[-1].id)
+        self.seq = first.seq - 1
 
     def _due(self) -> bool:
         if self._since_checkpoint >= CHECKPOINT_EVENTS:

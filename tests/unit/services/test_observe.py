@@ -191,3 +191,49 @@ def test_the_message_id_becomes_the_command_id() -> None:
     command = parse("wingsmith.obs.east.inventory", orjson.dumps(body), "east:inventory:AbC 1")
     assert isinstance(command, c.ReportInventory)
     assert command.command_id == "obs:east:inventory:AbC-1"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "problem"),
+    [
+        ({"node_id": "n9"}, "node_id", "node 'n9' is not in the inventory cluster 'east' reported"),
+        (
+            {"device_ids": [f"GPU-{i}" for i in range(5)]},
+            "device_ids",
+            "5 devices on node 'n1', which reported 4",
+        ),
+        ({"device_ids": ["GPU-7"]}, "device_ids", "device 'GPU-7' is not one of node 'n1'"),
+    ],
+)
+def test_a_replica_holds_only_devices_its_cluster_reported(
+    changes: dict[str, Any], field: str, problem: str
+) -> None:
+    d = admitted_deployment()
+    repo = Repo(east(), d)
+    with pytest.raises(DomainError, match=problem) as refused:
+        observe_replica(repo, replica("started", **changes), cluster())
+    assert refused.value.field == field
+    assert repo.get(Replica, "chat--east--chat-0") is None and types(d) == []
+
+
+def test_a_replica_on_a_cluster_that_reported_no_inventory_is_refused() -> None:
+    d = admitted_deployment()
+    repo = Repo(Cluster.register(plane(), "east", None, {}), d)
+    with pytest.raises(DomainError, match="not in the inventory cluster 'east' reported"):
+        observe_replica(repo, replica("started"), cluster())
+
+
+def test_a_replica_without_devices_needs_no_reported_node() -> None:
+    d = admitted_deployment()
+    repo = Repo(east(), d)
+    observe_replica(repo, replica("started", node_id="cpu-node", device_ids=[]), cluster())
+    assert types(repo.get(Replica, "chat--east--chat-0")) == ["ReplicaStarted"]
+
+
+def test_node_ids_are_not_needed_when_the_cluster_did_not_name_its_devices() -> None:
+    east_ = Cluster.register(plane(), "east", None, {})
+    east_.report_inventory(plane(), (Node(node_id="n1", device_class="H100", devices=2),))
+    d = admitted_deployment()
+    repo = Repo(east_, d)
+    observe_replica(repo, replica("started", device_ids=["any-1", "any-2"]), cluster())
+    assert d.admission_phase.value == "placed"
