@@ -70,7 +70,7 @@ MAX_MESSAGE = 1 * MiB  # the server's own max_payload: no message can be larger 
 # out, plus the envelope) still fits on WINGSMITH_EVENTS. A larger one is refused at publish.
 MAX_REPORT = 512 * 1024
 OBS_PER_SUBJECT = 100_000  # one cluster's backlog of one kind: a runaway drops its own oldest
-VIEWS_PER_SUBJECT = 16  # changes kept per view key; its latest value is also in its KV bucket
+VIEWS_PER_SUBJECT = 1000  # changes kept per view key; its latest value is also in its KV bucket
 DEFAULT_MAX_BYTES = {  # reserved on the server's disk when the stream is created
     EVENTS_STREAM: 4 * GiB,
     RENDER_STREAM: 256 * MiB,

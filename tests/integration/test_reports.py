@@ -1,0 +1,179 @@
+"""Bad reports against a running hub on a real nats-server: each is refused, set aside on
+`wingsmith.dead.ingest` with the field and the problem, and nothing of it is stored; the
+reports after them, and the event stream, flow on. Also: the streams carry their limits, and
+a projector that resumes from a sequence the stream no longer holds reads it from the store."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
+from adapters.nats_server import EmbeddedNatsServer
+from services.bootstrap import Hub, running_hub, running_projector
+from services.config import Settings
+
+from .conftest import published, read_store, seed_deployment, stream_ids, wait_for
+from .test_projector import kv_view, rebuilt
+
+NODE = {"node_id": "gpu-1", "device_class": "H100", "devices": 4, "device_ids": ["G0", "G1"]}
+REPLICA = {
+    "cluster_id": "east",
+    "deployment_id": "llama--east",
+    "pod": "llama-worker-0",
+    "node_id": "gpu-1",
+    "device_ids": ["G0"],
+    "serving_digest": "svg_1",
+    "engine_version": "0.9.2",
+    "state": "started",
+    "version": 1,
+}
+
+
+@contextlib.asynccontextmanager
+async def hub_only(settings: Settings) -> AsyncIterator[Hub]:
+    async with running_hub(settings) as hub:
+        yield hub
+
+
+def settings_for(nats_server: EmbeddedNatsServer, tmp_path: Path, **changes: Any) -> Settings:
+    """A hub without the projector process and the admission process: only commands and
+    reports write, so the test counts exactly what they stored."""
+    values: dict[str, Any] = {"projector": False, "admission": False} | changes
+    return Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub", **values)
+
+
+async def report(client: Client, kind: str, body: dict[str, Any] | bytes, msg_id: str) -> None:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    await client.jetstream().publish(
+        f"wingsmith.obs.east.{kind}", data, stream="WINGSMITH_OBS", headers={"Nats-Msg-Id": msg_id}
+    )
+
+
+async def dead_letters(client: Client) -> list[dict[str, Any]]:
+    js = client.jetstream()
+    info = await js.stream_info(DEAD_STREAM)
+    kept = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        msg = await js.get_msg(DEAD_STREAM, seq=seq)
+        if msg.subject == f"{DEAD_PREFIX}.ingest":
+            kept.append(orjson.loads(msg.data))
+    return kept
+
+
+BAD: list[tuple[str, dict[str, Any] | bytes, str]] = [  # kind, body, the reason names
+    ("replica", REPLICA | {"pod": "llama worker 0"}, "pod: 'llama worker 0' is not a DNS"),
+    ("replica", REPLICA | {"pod": "llama\tworker"}, "pod: 'llama\\tworker' is not a DNS"),
+    ("replica", REPLICA | {"pod": "llama\x0bworker"}, "pod: 'llama\\x0bworker' is not a DNS"),
+    ("replica", REPLICA | {"pod": "llama\x0cworker"}, "pod: 'llama\\x0cworker' is not a DNS"),
+    ("replica", REPLICA | {"node_id": "gpu-9"}, "node_id: node 'gpu-9' is not in the inventory"),
+    ("replica", REPLICA | {"device_ids": ["G7"]}, "device_ids: device 'G7' is not one of"),
+    ("replica", REPLICA | {"device_ids": ["G0", "G0"]}, "device_ids: 'G0' is listed more than"),
+    ("inventory", {"cluster_id": "east", "nodes": [NODE | {"devices": "8"}]}, "nodes.0.devices"),
+    (
+        "inventory",
+        {"cluster_id": "east", "nodes": [NODE | {"devices": 10_240_000}]},
+        "nodes.0.devices: Input should be less than or equal to 128",
+    ),
+    ("inventory", {"cluster_id": "east", "nodes": [NODE] * 1000}, "nodes: 'gpu-1' is listed"),
+    ("inventory", b'{"cluster_id": "east", "nodes": [], "nodes": []}', "nodes: key 'nodes'"),
+]
+
+
+async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path)
+    async with hub_only(settings) as hub:
+        await seed_deployment(client)
+        await report(client, "inventory", {"cluster_id": "east", "nodes": [NODE]}, "inv-1")
+
+        async def inventory_stored() -> bool:
+            notes = read_store(settings.data_dir)
+            return any(n.topic.endswith("InventoryReported") for n in notes)
+
+        await wait_for(inventory_stored, 20, "the good inventory")
+        before = read_store(settings.data_dir)
+        for n, (kind, body, _) in enumerate(BAD):
+            await report(client, kind, body, f"bad-{n}")
+        with pytest.raises(nats.js.errors.APIError, match="message size exceeds maximum"):
+            padding = " " * nats_bus.MAX_REPORT
+            await report(client, "heartbeat", f'{{"cluster_id": "east"{padding}}}'.encode(), "big")
+        await report(client, "replica", REPLICA, "good-replica")
+
+        async def replica_stored() -> bool:
+            notes = read_store(settings.data_dir)
+            return any(n.topic.endswith("ReplicaStarted") for n in notes)
+
+        await wait_for(replica_stored, 20, "the good replica after the bad ones")
+        assert hub.relay is not None
+        await hub.relay.idle()
+        after = read_store(settings.data_dir)
+        # only the good replica's report was stored: its replica and its receipt (the
+        # deployment, never admitted here, does not move)
+        added = sorted(n.topic.rpartition(".")[2].rpartition(":")[2] for n in after[len(before) :])
+        assert added == ["CommandHandled", "ReplicaStarted"], added
+        # the event stream holds everything stored, in order: nothing stopped it
+        assert await stream_ids(client) == published(after)
+        kept = await dead_letters(client)
+
+    assert len(kept) == len(BAD)  # each once; those the hub refused after parsing come later
+    reasons = sorted((letter["subject"], letter["reason"]) for letter in kept)
+    for kind, _, names in BAD:
+        subject = f"wingsmith.obs.east.{kind}"
+        assert any(s == subject and names in reason for s, reason in reasons), (names, reasons)
+
+
+async def test_every_stream_has_size_message_and_age_limits(client: Client) -> None:
+    await nats_bus.ensure_streams(client, max_bytes={"WINGSMITH_EVENTS": 64 * 1024**2})
+    js = client.jetstream()
+    configs = {s.name: (await js.stream_info(s.name)).config for s in nats_bus.STREAMS}
+    assert configs["WINGSMITH_EVENTS"].max_bytes == 64 * 1024**2  # as configured
+    for name, config in configs.items():
+        assert config.max_bytes and config.max_bytes > 0, name
+        assert config.max_msg_size and config.max_msg_size <= nats_bus.MAX_MESSAGE, name
+    assert configs["WINGSMITH_OBS"].max_age == 7 * 24 * 3600
+    assert configs["WINGSMITH_OBS"].max_msg_size == nats_bus.MAX_REPORT
+    assert configs["WINGSMITH_OBS"].max_msgs_per_subject == nats_bus.OBS_PER_SUBJECT
+    assert configs["WINGSMITH_DEAD"].max_age == 30 * 24 * 3600
+
+
+async def test_a_projector_resuming_where_the_stream_was_cut_reads_the_gap_from_the_store(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path)
+    async with hub_only(settings) as hub:
+        await seed_deployment(client)
+        await report(client, "inventory", {"cluster_id": "east", "nodes": [NODE]}, "inv-1")
+        await report(client, "replica", REPLICA, "replica-1")
+
+        async def replica_stored() -> bool:
+            notes = read_store(settings.data_dir)
+            return any(n.topic.endswith("ReplicaStarted") for n in notes)
+
+        await wait_for(replica_stored, 20, "the replica")
+        assert hub.relay is not None
+        await hub.relay.idle()
+        # the stream's size limit discarded all but the last event before any projector ran
+        await client.jetstream().purge_stream("WINGSMITH_EVENTS", keep=1)
+        async with running_projector(settings):
+            expected = rebuilt(settings.data_dir)
+
+            async def views_complete() -> bool:
+                for projection, views in expected.items():
+                    for key, view in views.items():
+                        if await kv_view(client, projection, key) != view:
+                            return False
+                return True
+
+            await wait_for(views_complete, 30, "every view, the discarded events included")
+    assert expected["capacity"]["east.H100"]["allocated"] == 1  # from the replica, on the stream
+    assert expected["workloads"]["llama"]  # from the first events, read from the store
