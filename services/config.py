@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adapters.nats_auth import Credentials, credentials_from_env
+from services.commands import OBSERVATION_PREFIX
 
 
 def _flag(value: str | None) -> bool:
@@ -63,6 +64,8 @@ def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
                 f"{variable}: entry {number} is not NAME:TOKEN (a name of letters, digits and "
                 f"-_. up to 32; a token of at least {MIN_TOKEN} characters)"
             )
+        if f"{name}:" == OBSERVATION_PREFIX:  # its commands' ids would be `obs:<uuid>`
+            raise ValueError(f"{variable}: entry {number}: the name {name!r} is reserved")
         tokens[token] = name
     return tokens
 

@@ -166,3 +166,12 @@ def test_bad_rates_and_sizes_are_refused_naming_the_variable() -> None:
             assert variable in str(e)
         else:
             raise AssertionError(f"{env} was accepted")
+
+
+def test_an_api_token_may_not_take_the_name_of_the_observations_prefix() -> None:
+    try:
+        Settings.from_env({"WINGSMITH_API_TOKENS": "obs:0123456789abcdef0123"})
+    except ValueError as e:
+        assert "'obs' is reserved" in str(e)
+    else:
+        raise AssertionError("a token named obs was accepted")
