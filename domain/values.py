@@ -122,9 +122,10 @@ _LABEL_KEY = matching(
 LabelKey = Annotated[str, *_LABEL_KEY]
 
 
-def text(max_length: int) -> Any:
+def text(max_length: int, min_length: int = 0) -> Any:
     """Words for people (a reason, a message): any text but control characters, bounded."""
-    return matching(r"^[^\x00-\x1f\x7f]*$", "text without control characters", max_length, 0)
+    what = "text without control characters"
+    return matching(r"^[^\x00-\x1f\x7f]*$", what, max_length, min_length)
 
 
 def once_each(items: Sequence[T]) -> Sequence[T]:

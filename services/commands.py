@@ -240,7 +240,8 @@ class ObserveReplica(Command):
     node_id: NodeName
     device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_NODE)
     serving_digest: Token
-    engine_version: Token
+    # the serving configuration's, which a client wrote: any text (it is never a token)
+    engine_version: Annotated[str, *text(64, min_length=1)]
     state: Literal["started", "ready", "not_ready", "terminated"]
     version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
 

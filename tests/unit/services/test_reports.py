@@ -123,6 +123,7 @@ BAD = [
     ("replica", "device_ids", "GPU-0", "device_ids"),
     ("replica", "serving_digest", "svg 1", "serving_digest"),
     ("replica", "engine_version", "0.9\r", "engine_version"),
+    ("replica", "engine_version", "", "engine_version"),
     ("replica", "state", "exploded", "state"),
     ("replica", "version", "5", "version"),
     ("replica", "version", -1, "version"),
