@@ -70,6 +70,7 @@ MAX_MESSAGE = 1 * MiB  # the server's own max_payload: no message can be larger 
 # out, plus the envelope) still fits on WINGSMITH_EVENTS. A larger one is refused at publish.
 MAX_REPORT = 512 * 1024
 OBS_PER_SUBJECT = 100_000  # one cluster's backlog of one kind: a runaway drops its own oldest
+OBS_PENDING = 1_000_000  # reports delivered to the hub and not yet acknowledged
 VIEWS_PER_SUBJECT = 1000  # changes kept per view key; its latest value is also in its KV bucket
 DEFAULT_MAX_BYTES = {  # reserved on the server's disk when the stream is created
     EVENTS_STREAM: 4 * GiB,
@@ -673,7 +674,9 @@ def observation_consumer_config(durable: str = HUB_CONSUMER) -> ConsumerConfig:
         durable_name=durable,
         filter_subject=f"{OBS_PREFIX}.>",
         ack_wait=30.0,
-        max_ack_pending=20_000,
+        # Reports a cluster's rate holds back wait for redelivery, outstanding: the window is
+        # large so that a runaway's backlog never fills it and holds back the other clusters.
+        max_ack_pending=OBS_PENDING,
         max_deliver=-1,
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -49,6 +50,7 @@ _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
 # The stream refuses a larger report at publish; checked again here, as every limit is.
 MAX_REPORT_BYTES = MAX_REPORT
 COMPONENT = "ingest"  # what the dead letters are filed under
+WARN_EVERY = 10.0  # seconds between two warnings that one cluster is over its rate
 
 
 class Refused(ValueError):
@@ -118,32 +120,54 @@ class RateLimit:
     max_delay: float = 60.0  # the longest a report waits before it is offered again
 
 
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+    waiting: float = 0.0  # about how many of the cluster's reports wait: drained at the rate
+
+
+def _uniform(most: float) -> float:
+    return random.uniform(0.0, most)
+
+
 @dataclass
 class Buckets:
     """A token bucket per cluster. A report that finds its cluster's bucket empty is told how
-    long to wait; reports waiting for one cluster spread out over the time its tokens take."""
+    long to wait: until its cluster has a token, plus a random part of the time the reports
+    already waiting take at the rate. Spread so, a backlog comes back about as fast as it may
+    be handled, not all at once to be turned away again."""
 
     limit: RateLimit = field(default_factory=RateLimit)
     clock: Callable[[], float] = time.monotonic
+    jitter: Callable[[float], float] = _uniform  # a random delay from 0 to the given seconds
     max_clusters: int = 100_000
-    _tokens: dict[str, tuple[float, float]] = field(default_factory=dict)  # cluster -> (n, at)
+    _buckets: dict[str, _Bucket] = field(default_factory=dict)
 
-    def take(self, cluster_id: str, waiting: int = 0) -> float:
-        """0: handle it now (a token is taken). Else the seconds until it may be offered again,
-        counting the `waiting` reports of this cluster already told to wait."""
-        now = self.clock()
-        tokens, at = self._tokens.get(cluster_id, (self.limit.burst, now))
-        tokens = min(self.limit.burst, tokens + (now - at) * self.limit.rate)
-        if tokens >= 1 and not waiting:
-            self._tokens[cluster_id] = (tokens - 1, now)
+    def take(self, cluster_id: str, behind: bool = False) -> float:
+        """0: handle it now (a token is taken). Else the seconds until it may be offered again.
+        `behind`: an earlier report of this cluster was just told to wait, so this one waits
+        too."""
+        rate, now = self.limit.rate, self.clock()
+        bucket = self._bucket(cluster_id, now)
+        elapsed, bucket.at = now - bucket.at, now
+        bucket.tokens = min(self.limit.burst, bucket.tokens + elapsed * rate)
+        bucket.waiting = max(0.0, bucket.waiting - elapsed * rate)
+        if bucket.tokens >= 1 and not behind:
+            bucket.tokens -= 1
             return 0.0
-        self._remember(cluster_id, (tokens, now))
-        return min(self.limit.max_delay, (1 - tokens + waiting) / self.limit.rate)
+        bucket.waiting += 1
+        until_token = max(1 - bucket.tokens, 1) / rate
+        spread = self.jitter(min(self.limit.max_delay, bucket.waiting / rate))
+        return min(self.limit.max_delay, until_token + spread)
 
-    def _remember(self, cluster_id: str, state: tuple[float, float]) -> None:
-        if cluster_id not in self._tokens and len(self._tokens) >= self.max_clusters:
-            self._tokens.clear()  # subjects nobody owns: forgetting costs a refill, no more
-        self._tokens[cluster_id] = state
+    def _bucket(self, cluster_id: str, now: float) -> _Bucket:
+        bucket = self._buckets.get(cluster_id)
+        if bucket is None:
+            if len(self._buckets) >= self.max_clusters:
+                self._buckets.clear()  # subjects nobody owns: forgetting costs a refill, no more
+            bucket = self._buckets[cluster_id] = _Bucket(self.limit.burst, now)
+        return bucket
 
 
 class SetAside(Protocol):
@@ -207,6 +231,7 @@ class Intake:
     buckets: Buckets
     refused: int = 0  # reports set aside since the hub started
     deferred: int = 0  # reports made to wait for their cluster's rate
+    _warned: dict[str, float] = field(default_factory=dict)  # cluster -> when last said
 
     async def handle(self, batch: list[Delivery]) -> None:
         runnable = await self._admit(batch)
@@ -232,7 +257,7 @@ class Intake:
         waiting: dict[str, int] = {}
         for delivery in batch:
             cluster_id = _cluster_of(delivery.subject)
-            delay = self.buckets.take(cluster_id, waiting.get(cluster_id, 0))
+            delay = self.buckets.take(cluster_id, behind=cluster_id in waiting)
             if delay:
                 waiting[cluster_id] = waiting.get(cluster_id, 0) + 1
                 self.deferred += 1
@@ -244,8 +269,22 @@ class Intake:
                 await self._set_aside(delivery, str(e))
                 await delivery.reject()
         for cluster_id, n in waiting.items():
-            log.warning("observations: cluster %s over its rate; %d reports wait", cluster_id, n)
+            self._warn(cluster_id, n)
         return runnable
+
+    def _warn(self, cluster_id: str, n: int) -> None:
+        """Say that a cluster is over its rate, at most every `WARN_EVERY` seconds each."""
+        now = self.buckets.clock()
+        if now - self._warned.get(cluster_id, -WARN_EVERY) >= WARN_EVERY:
+            self._warned[cluster_id] = now
+            log.warning(
+                "observations: cluster %s is over its rate (%g a second); %d reports made to "
+                "wait in this batch, %d since the hub started",
+                cluster_id,
+                self.buckets.limit.rate,
+                n,
+                self.deferred,
+            )
 
     async def _set_aside(self, delivery: Delivery, reason: str) -> None:
         self.refused += 1

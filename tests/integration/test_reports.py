@@ -177,3 +177,43 @@ async def test_a_projector_resuming_where_the_stream_was_cut_reads_the_gap_from_
             await wait_for(views_complete, 30, "every view, the discarded events included")
     assert expected["capacity"]["east.H100"]["allocated"] == 1  # from the replica, on the stream
     assert expected["workloads"]["llama"]  # from the first events, read from the store
+
+
+def heartbeat(cluster: str, instance: int) -> dict[str, Any]:
+    operator = {"instance": f"i{instance}", "version": "1.0", "read_only": False}
+    return {"cluster_id": cluster, "operator": operator}
+
+
+async def test_a_runaway_cluster_is_slowed_without_loss_and_others_go_through(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path, observation_rate=1.0, observation_burst=5.0)
+    handled: dict[str, int] = {"east": 0, "west": 0}
+
+    async def on_event(msg: Any) -> None:  # each heartbeat from a new instance is one event
+        handled[msg.subject.split(".")[3]] += 1
+
+    async with hub_only(settings):
+        sub = await client.subscribe("wingsmith.evt.cluster.*.OperatorConnected", cb=on_event)
+        for n in range(20):  # four times its burst, at once
+            await report(client, "heartbeat", heartbeat("east", n), f"east-{n}")
+        for n in range(3):
+            west = heartbeat("west", n) | {"cluster_id": "west"}
+            await client.jetstream().publish(
+                "wingsmith.obs.west.heartbeat",
+                orjson.dumps(west),
+                stream="WINGSMITH_OBS",
+                headers={"Nats-Msg-Id": f"west-{n}"},
+            )
+
+        async def west_handled() -> bool:
+            return handled["west"] == 3
+
+        await wait_for(west_handled, 20, "the well-behaved cluster's reports")
+        assert handled["east"] < 20  # the runaway's reports still wait their turn
+
+        async def east_handled() -> bool:
+            return handled["east"] == 20
+
+        await wait_for(east_handled, 90, "every report of the runaway, in the end")
+        await sub.unsubscribe()

@@ -107,7 +107,7 @@ async def test_a_report_the_hub_cannot_handle_now_is_offered_again_not_set_aside
 
 def test_a_bucket_lets_a_burst_through_then_the_rate() -> None:
     clock = Clock()
-    buckets = Buckets(RateLimit(rate=10, burst=3), clock)
+    buckets = Buckets(RateLimit(rate=10, burst=3), clock, jitter=lambda most: 0.0)
     assert [buckets.take("east") for _ in range(3)] == [0.0, 0.0, 0.0]
     assert buckets.take("east") == 0.1  # one token takes a tenth of a second
     assert buckets.take("west") == 0.0  # another cluster has its own bucket
@@ -115,16 +115,20 @@ def test_a_bucket_lets_a_burst_through_then_the_rate() -> None:
     assert buckets.take("east") == 0.0
 
 
-def test_reports_waiting_for_one_cluster_spread_out_and_never_wait_too_long() -> None:
-    buckets = Buckets(RateLimit(rate=10, burst=1, max_delay=0.5), Clock())
+def test_waiting_reports_spread_over_the_time_the_backlog_takes_and_never_too_long() -> None:
+    clock = Clock()
+    buckets = Buckets(RateLimit(rate=10, burst=1, max_delay=0.5), clock, jitter=lambda most: most)
     assert buckets.take("east") == 0.0
-    delays = [buckets.take("east", waiting) for waiting in range(8)]
-    assert delays == [0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5, 0.5]
+    delays = [round(buckets.take("east"), 3) for _ in range(6)]
+    # a token in 0.1 s, plus (at most) the time the reports waiting before it take
+    assert delays == [0.2, 0.3, 0.4, 0.5, 0.5, 0.5]
+    clock.now = 10.0  # the backlog has drained and the bucket refilled
+    assert buckets.take("east") == 0.0
 
 
 async def test_a_runaway_cluster_waits_in_order_while_another_goes_through() -> None:
     hub, dead, east, west = Hub(), DeadLetters(), Settled(), Settled()
-    buckets = Buckets(RateLimit(rate=100, burst=2), Clock())
+    buckets = Buckets(RateLimit(rate=100, burst=2), Clock(), jitter=lambda most: most)
     batch = [delivery("east", "heartbeat", HEARTBEAT, n, east) for n in range(5)]
     batch.insert(3, delivery("west", "heartbeat", HEARTBEAT, 9, west))
     await intake(hub, dead, buckets).handle(batch)
