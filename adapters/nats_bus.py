@@ -689,6 +689,7 @@ async def observation_batches(
     js = nc.jetstream()
     config = observation_consumer_config(durable)
     sub = await js.pull_subscribe(f"{OBS_PREFIX}.>", durable, stream=OBS_STREAM, config=config)
+    await _widen_window(js, durable)
     try:
         while True:
             try:
@@ -699,6 +700,17 @@ async def observation_batches(
     finally:
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
+
+
+async def _widen_window(js: JetStreamContext, durable: str) -> None:
+    """A consumer an older hub made keeps its smaller window unless told: tell it."""
+    try:
+        info = await js.consumer_info(OBS_STREAM, durable)
+        if info.config.max_ack_pending != OBS_PENDING:
+            config = dataclasses.replace(info.config, max_ack_pending=OBS_PENDING)
+            await js.add_consumer(OBS_STREAM, config)  # an update: the rest is unchanged
+    except nats.errors.Error as e:  # intake works with the old window: slower to recover
+        log.warning("could not widen the observation consumer %s: %s", durable, e)
 
 
 async def publish_observation(

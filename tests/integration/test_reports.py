@@ -5,6 +5,7 @@ a projector that resumes from a sequence the stream no longer holds reads it fro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import nats.js.errors
 import orjson
 import pytest
 from nats.aio.client import Client
+from nats.js.api import ConsumerConfig
 
 from adapters import nats_bus
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
@@ -217,3 +219,24 @@ async def test_a_runaway_cluster_is_slowed_without_loss_and_others_go_through(
 
         await wait_for(east_handled, 90, "every report of the runaway, in the end")
         await sub.unsubscribe()
+
+
+async def test_an_older_hubs_observation_consumer_gets_the_wider_window(client: Client) -> None:
+    await nats_bus.ensure_streams(client)
+    js = client.jetstream()
+    older = ConsumerConfig(ack_wait=30.0, max_ack_pending=20_000, max_deliver=-1)
+    await js.pull_subscribe(
+        "wingsmith.obs.>", "wingsmith-hub", stream="WINGSMITH_OBS", config=older
+    )
+    batches = nats_bus.observation_batches(client)
+    reading = asyncio.ensure_future(anext(batches))
+    try:
+
+        async def widened() -> bool:
+            info = await js.consumer_info("WINGSMITH_OBS", "wingsmith-hub")
+            return info.config.max_ack_pending == nats_bus.OBS_PENDING
+
+        await wait_for(widened, 10, "the wider window")
+    finally:
+        await nats_bus.cancel_and_wait(reading)
+        await batches.aclose()
