@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import ValidationError
 
+from adapters.dead_letters import DeadLetters
 from adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
 from services import commands as c
 from services.wire import DuplicateKey, loads
@@ -182,21 +183,6 @@ class SetAside(Protocol):
     ) -> None: ...
 
 
-class LogOnly:
-    """Dead letters without NATS: logged only (a hub run without a dead-letter stream)."""
-
-    async def set_aside(
-        self,
-        component: str,
-        reason: str,
-        subject: str,
-        data: bytes,
-        headers: Any = None,
-        msg_id: str | None = None,
-    ) -> None:
-        log.warning("%s: set aside %r: %s", component, subject, reason)
-
-
 Execute = Callable[[c.Command], Awaitable[dict[str, Any]]]
 Heard = Callable[[str], None]  # called with the cluster id of each heartbeat handled
 
@@ -210,7 +196,7 @@ async def ingest(
 ) -> None:
     """Follow the observations for as long as the hub runs; after a failure, start again from
     the first one not acknowledged."""
-    intake = Intake(execute, heard, dead or LogOnly(), buckets or Buckets())
+    intake = Intake(execute, heard, dead or DeadLetters(None), buckets or Buckets())
     while True:
         try:
             async for batch in batches():
