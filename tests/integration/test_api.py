@@ -244,6 +244,13 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, str]] = [
         400,
         "header.Idempotency-Key",
     ),
+    (
+        "PUT",
+        "/v1/projects/search/quotas/H100",
+        {"json": {"devices": 1}, "headers": {"Idempotency-Key": "obs:east:replica:1"}},
+        422,
+        "command_id",
+    ),
 ]
 
 
