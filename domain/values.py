@@ -90,12 +90,14 @@ DiscoveryId = Annotated[str, *matching(NAME_PATTERN, _ID, 383)]
 _DEVICE_ID = matching(
     r"^[A-Za-z0-9][-_.:/A-Za-z0-9]*$",
     "a device id: letters, digits and '-_.:/', starting with a letter or digit",
-    512,
+    600,  # the operator's stand-in for the longest node and pod names fits
 )
 DeviceId = Annotated[str, *_DEVICE_ID]
-# What a node can hold: 8 GPUs on most servers, 16 on the densest, each split into at most 7
-# MIG instances (112); 128 leaves room without letting a report claim a data centre per node.
-MAX_DEVICES_PER_NODE = 128
+# What a node can hold: 8 GPUs on most servers, 16 on the densest; split into MIG instances
+# (at most 7 each: 112) or shared by time-slicing (the device plugin advertises each GPU N
+# times: 8 x 16 = 128, 16 x 16 = 256). 256 holds all of these without letting one report claim
+# a data centre per node.
+MAX_DEVICES_PER_NODE = 256
 
 # Versions, digests and instance ids: one word of letters, digits and `-_.:+`, no spaces.
 _TOKEN = matching(

@@ -83,7 +83,7 @@ BAD: list[tuple[str, dict[str, Any] | bytes, str]] = [  # kind, body, the reason
     (
         "inventory",
         {"cluster_id": "east", "nodes": [NODE | {"devices": 10_240_000}]},
-        "nodes.0.devices: Input should be less than or equal to 128",
+        "nodes.0.devices: Input should be less than or equal to 256",
     ),
     ("inventory", {"cluster_id": "east", "nodes": [NODE] * 1000}, "nodes: 'gpu-1' is listed"),
     ("inventory", b'{"cluster_id": "east", "nodes": [], "nodes": []}', "nodes: key 'nodes'"),
