@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,24 @@ from nats.js.api import ConsumerConfig
 from adapters import nats_bus
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.nats_server import EmbeddedNatsServer
+from adapters.store import EventStore, store_env
+from domain.base import Cause, Writer
+from domain.cluster import Cluster
+from services import commands as c
 from services.bootstrap import Hub, running_hub, running_projector
 from services.config import Settings
+from services.ingest import parse
+from services.relay import to_message
 
 from .conftest import published, read_store, seed_deployment, stream_ids, wait_for
 from .test_projector import kv_view, rebuilt
 
+CAUSE = Cause(
+    command_id="obs:east:1",
+    correlation_id="obs:east:1",
+    at=datetime.now(UTC),
+    writer=Writer.CLUSTER,
+)
 NODE = {"node_id": "gpu-1", "device_class": "H100", "devices": 4, "device_ids": ["G0", "G1"]}
 REPLICA = {
     "cluster_id": "east",
@@ -240,3 +253,23 @@ async def test_an_older_hubs_observation_consumer_gets_the_wider_window(client: 
     finally:
         await nats_bus.cancel_and_wait(reading)
         await batches.aclose()
+
+
+def test_the_largest_inventory_a_report_may_carry_fits_one_event_message(tmp_path: Path) -> None:
+    """Nodes with the shortest names inflate most once stored (every default spelled out): the
+    most of them a report may hold still make an event under the stream's message limit."""
+    nodes = [{"node_id": f"n{i}", "device_class": "A", "devices": 0} for i in range(10_000)]
+    data = orjson.dumps({"cluster_id": "east", "nodes": nodes})
+    assert len(data) <= nats_bus.MAX_REPORT
+    command = parse("wingsmith.obs.east.inventory", data, "east:inventory:1")
+    assert isinstance(command, c.ReportInventory)
+    store = EventStore(store_env(None, tmp_path))
+    try:
+        cluster = Cluster.register(CAUSE, "east", None, {})
+        cluster.report_inventory(CAUSE, tuple(command.nodes))
+        store.save(cluster.collect_events())
+        messages = [m for m in map(to_message, store.read(0, 10)) if m is not None]
+    finally:
+        store.close()
+    assert messages[-1].subject.endswith("InventoryReported")
+    assert len(messages[-1].payload) < nats_bus.MAX_MESSAGE
