@@ -45,6 +45,7 @@ from adapters.nats_auth import (
     render_filter,
     user_inbox_prefix,
 )
+from domain.subjects import key_subject, key_value
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +332,12 @@ class EventPublisher:
                 "Nats-Expected-Last-Sequence": str(after_seq + i),
                 POSITION_HEADER: str(m.position),
             }
+            payload = m.payload
+            if len(payload) + _header_bytes(headers) > self._nc.max_payload:
+                payload = _oversized(m)
             is_last = i == len(messages) - 1
             await self._nc.publish(
-                m.subject, m.payload, reply=reply if is_last else "", headers=headers
+                m.subject, payload, reply=reply if is_last else "", headers=headers
             )
         try:
             async with asyncio.timeout(self.ack_timeout):
@@ -355,6 +359,20 @@ class EventPublisher:
             done.set_exception(PublishFailed(f"stream refused the batch: {ack}"))
         else:
             done.set_result(None)
+
+
+def _oversized(m: OutMessage) -> bytes:
+    """What stands on the stream for an event larger than the server takes: its envelope
+    without the event body, marked `oversized` (its size), so the stream still holds one message
+    per stored event in store order. Readers set it aside; the store keeps the event."""
+    try:
+        envelope = orjson.loads(m.payload)
+    except orjson.JSONDecodeError:
+        envelope = None
+    head = envelope if isinstance(envelope, dict) else {"position": m.position}
+    return orjson.dumps(
+        {k: v for k, v in head.items() if k != "event"} | {"oversized": len(m.payload)}
+    )
 
 
 async def request(nc: Client, subject: str, payload: bytes, timeout: float) -> bytes:
@@ -550,9 +568,19 @@ def view_stream(projection: str) -> tuple[str, str]:
     return VIEWS_STREAM, f"{VIEWS_PREFIX}.{projection}"
 
 
+class Unpublishable(Exception):
+    """A message NATS can never take: larger than the server allows."""
+
+
+def _header_bytes(headers: dict[str, str]) -> int:
+    """What headers add to a message's size as the server counts it (`NATS/1.0` and CRLFs)."""
+    return 12 + sum(len(k) + len(v.encode()) + 4 for k, v in headers.items())
+
+
 class ViewPublisher:
     """Publishes every view change on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ),
-    keeps the latest value per key in the KV bucket `wingsmith_<projection>`, and the projector's
+    the key's parts encoded as subject tokens (`domain/subjects.py`), keeps the latest value per
+    key in the KV bucket `wingsmith_<projection>`, and the projector's
     progress in the bucket `wingsmith_projector`. Pipelined: call `flush` to wait for every
     acknowledgement. Each message carries the store position of the event behind it."""
 
@@ -570,21 +598,38 @@ class ViewPublisher:
 
     async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """One change of one view, on the projection stream (the render stream for `render`);
-        None: the view was removed."""
-        headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
-        if view is None:
-            headers[DELETED_HEADER] = "true"
+        None: the view was removed. `Unpublishable` when NATS can never take it."""
         _, prefix = view_stream(projection)
-        await self._js.publish_async(f"{prefix}.{key}", view or b"", headers=headers)
+        await self._publish(f"{prefix}.{key_subject(key)}", projection, key, view, position)
 
     async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
-        """The view's value now, in its KV bucket."""
-        headers = {"Nats-Msg-Id": f"{projection}:{key}:{position}", POSITION_HEADER: str(position)}
+        """The view's value now, in its KV bucket (the key encoded as in its subject)."""
+        subject = f"$KV.{view_bucket(projection)}.{key_subject(key)}"
+        await self._publish(subject, projection, key, view, position, kv=True)
+
+    async def _publish(
+        self,
+        subject: str,
+        projection: str,
+        key: str,
+        view: bytes | None,
+        position: int,
+        *,
+        kv: bool = False,
+    ) -> None:
+        headers = {
+            "Nats-Msg-Id": f"{projection}:{key_subject(key)}:{position}",
+            POSITION_HEADER: str(position),
+        }
         if view is None:
-            headers["KV-Operation"] = "DEL"
-        await self._js.publish_async(
-            f"$KV.{view_bucket(projection)}.{key}", view or b"", headers=headers
-        )
+            headers.update({"KV-Operation": "DEL"} if kv else {DELETED_HEADER: "true"})
+        payload = view or b""
+        # checked here: nats-py would leave a refused message's acknowledgement pending for ever
+        if len(payload) + _header_bytes(headers) > self._nc.max_payload:
+            raise Unpublishable(
+                f"{len(payload)} bytes: more than the server's max_payload {self._nc.max_payload}"
+            )
+        await self._js.publish_async(subject, payload, headers=headers)
 
     async def progress(self, progress: dict[str, Any]) -> None:
         await self._js.publish_async(f"$KV.{PROGRESS_BUCKET}.position", orjson.dumps(progress))
@@ -611,7 +656,7 @@ async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, byte
     except NotFoundError:  # no projector has run yet
         return views
     for m in messages:
-        key = m.subject.removeprefix(f"$KV.{bucket}.")
+        key = key_value(m.subject.removeprefix(f"$KV.{bucket}."))
         deleted = m.headers.get("KV-Operation") in {"DEL", "PURGE"}
         views[key] = (int(m.headers.get(POSITION_HEADER, 0)), None if deleted else m.data)
     return views
@@ -655,6 +700,7 @@ class Delivery:
     msg_id: str  # the operator's Nats-Msg-Id, else `<stream>:<sequence>`
     position: int  # the store position a render message was computed at (0: none)
     _msg: Msg
+    attempts: int = 1  # how many times the server has delivered it, this time included
 
     async def ack(self) -> None:
         await self._msg.ack()
@@ -818,7 +864,8 @@ def _delivery(stream: str, msg: Msg) -> Delivery:
     headers = msg.headers or {}
     msg_id = headers.get("Nats-Msg-Id") or f"{stream}:{msg.metadata.sequence.stream}"
     position = int(headers.get(POSITION_HEADER, 0))
-    return Delivery(msg.subject, bytes(msg.data), msg_id, position, msg)
+    attempts = msg.metadata.num_delivered or 1
+    return Delivery(msg.subject, bytes(msg.data), msg_id, position, msg, attempts)
 
 
 async def render_batches(

@@ -68,6 +68,11 @@ class Projection:
 Route = tuple[tuple[Projection, Handler], ...]
 
 
+def failure(e: Exception) -> str:
+    """Why a handler could not fold an event, for a person to read."""
+    return f"{type(e).__name__}: {e}"[:500]
+
+
 class Fold:
     """Projections that move through the history together: each event type goes straight to
     the handlers that fold it, and the store position they have reached is one number."""
@@ -76,6 +81,8 @@ class Fold:
         self.projections = list(projections)
         self.position = position
         self.last_applied = 0  # the position of the last event some projection folded
+        # (projection, reason) for each handler that could not fold an event since last taken
+        self.failures: list[tuple[str, str]] = []
         routes: dict[str, list[tuple[Projection, Handler]]] = {}
         for projection in self.projections:
             for event_type, handler in type(projection)._handlers.items():
@@ -86,17 +93,27 @@ class Fold:
         self, position: int, event_type: str, aggregate_id: str, event: Mapping[str, Any]
     ) -> list[tuple[Projection, str]]:
         """Fold one event and say which views it changed; an event at or below the position
-        already reached changes nothing (a redelivery)."""
+        already reached changes nothing (a redelivery). A handler that raises (an event of a
+        shape it does not expect: old history, a bug) is noted in `failures` and the event goes
+        on to the other handlers; what that handler changed before raising stays, as it does
+        in a rebuild, which follows the same rule."""
         if position <= self.position:
             return []
         self.position = position
         if event_type in self.routes:
             self.last_applied = position
-        return [
-            (projection, key)
-            for projection, handler in self.routes.get(event_type, ())
-            for key in handler(projection, aggregate_id, event)
-        ]
+        changed: list[tuple[Projection, str]] = []
+        for projection, handler in self.routes.get(event_type, ()):
+            try:
+                changed += [(projection, key) for key in handler(projection, aggregate_id, event)]
+            except Exception as e:  # one bad event must not stop every view
+                self.failures.append((projection.name, failure(e)))
+        return changed
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The handlers that failed since the last call, and why."""
+        taken, self.failures = self.failures, []
+        return taken
 
     def apply_envelope(self, envelope: Envelope) -> list[tuple[Projection, str]]:
         """Fold an event in the stream's shape."""

@@ -43,6 +43,9 @@ class Hub:
     commands: CommandService
     relay: Relay | None
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
+    # what the hub's stages (scheduler, observation intake) set aside; the projector, in its
+    # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
+    dead_letters: DeadLetters
 
 
 async def connect(
@@ -87,6 +90,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         store = await StoreThread.open(env)
         stack.push_async_callback(store.close)
 
+        dead_letters = DeadLetters(nc)
         relay: Relay | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
         if settings.relay:  # one hub per store runs the relay and the projector
@@ -105,7 +109,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
         liveness: Liveness | None = None
         if relay is not None and settings.admission:
-            scheduler = scheduler_process(store, relay, commands)
+            scheduler = scheduler_process(store, relay, commands, dead_letters)
             relay.on_published = scheduler.published
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
             liveness = Liveness(
@@ -119,13 +123,13 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
                 lambda: nats_bus.observation_batches(nc),
                 commands.execute,
                 liveness.heard if liveness else lambda cluster_id: None,
-                DeadLetters(nc),
+                dead_letters,
                 Buckets(RateLimit(settings.observation_rate, settings.observation_burst)),
             )
             tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
-            yield Hub(url, nc, store, commands, relay, list(tasks.values()))
+            yield Hub(url, nc, store, commands, relay, list(tasks.values()), dead_letters)
         finally:
             await _shut_down(subscription, commands, relay, tasks)
 
@@ -164,7 +168,9 @@ async def simulated_operators(
             await nats_bus.cancel_and_wait(task)
 
 
-def scheduler_process(store: StoreThread, relay: Relay, commands: CommandService) -> Scheduler:
+def scheduler_process(
+    store: StoreThread, relay: Relay, commands: CommandService, dead_letters: DeadLetters
+) -> Scheduler:
     """The scheduler beside the relay, reading what it publishes."""
 
     async def read(after: int, limit: int, stop: int) -> list[Notification]:
@@ -174,7 +180,7 @@ def scheduler_process(store: StoreThread, relay: Relay, commands: CommandService
         await relay.synced.wait()
         return relay.position
 
-    return Scheduler(read, commands.execute, published_upto)
+    return Scheduler(read, commands.execute, published_upto, dead_letters)
 
 
 @contextlib.asynccontextmanager
@@ -229,7 +235,11 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
         views = nats_bus.ViewPublisher(nc)
         await views.start([kind.name for kind in PROJECTIONS], settings.stream_replicas)
         projector = Projector(
-            store, checkpoints, lambda seq: nats_bus.event_batches(nc, seq), views
+            store,
+            checkpoints,
+            lambda seq: nats_bus.event_batches(nc, seq),
+            views,
+            dead_letters=DeadLetters(nc),
         )
         task = asyncio.create_task(projector.run(), name="wingsmith-projector")
         try:

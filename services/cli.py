@@ -23,6 +23,7 @@ from adapters.checkpoints import CheckpointStore
 from adapters.kube import Kube
 from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
+from domain import subjects
 from domain.values import Backend as EngineBackend
 from domain.values import is_name
 from projections.audit import Entry, Timeline
@@ -515,7 +516,8 @@ async def _schema(args: argparse.Namespace) -> int:
 
 
 async def _events(args: argparse.Namespace) -> int:
-    subject = f"wingsmith.evt.{args.aggregate}.{args.id}.{args.type}"
+    parts = (args.aggregate, args.id, args.type)
+    subject = ".".join([subjects.EVENTS, *(p if p == "*" else subjects.token(p) for p in parts)])
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
@@ -569,14 +571,14 @@ def _start(text: str) -> nats_bus.Start:
 
 async def _watch(args: argparse.Namespace) -> int:
     stream_name, prefix = nats_bus.view_stream(args.projection)
-    subject, prefix = f"{prefix}.{args.key}", f"{prefix}."
+    subject, prefix = f"{prefix}.{subjects.filter_tokens(args.key)}", f"{prefix}."
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(nc, stream_name, subject, follow=True, start=args.since)
         with contextlib.suppress(asyncio.CancelledError):
             async for m in stream:
                 key, position = (
-                    m.subject.removeprefix(prefix),
+                    subjects.key_value(m.subject.removeprefix(prefix)),
                     int(m.headers[nats_bus.POSITION_HEADER]),
                 )
                 view = None if m.headers.get(nats_bus.DELETED_HEADER) else orjson.loads(m.data)
@@ -646,11 +648,12 @@ async def _store(settings: Settings) -> AsyncIterator[tuple[StoreThread, Checkpo
 async def _audit(args: argparse.Namespace) -> int:
     if args.ref is not None:
         kind, _, key = args.ref.replace("/", ":", 1).partition(":")
-        if not kind or not key or not all(c.isalnum() or c in "-_." for c in kind + key):
+        if not (kind.isascii() and kind.isalpha()) or not key:
             raise ValueError(
                 f"{args.ref!r} is not an aggregate reference like deployment:llama--east"
             )
-        subject, start, wanted = f"wingsmith.evt.{kind}.{key}.*", 1, None
+        subject = f"{subjects.EVENTS}.{kind}.{subjects.token(key)}.*"
+        start, wanted = 1, None
     else:
         subject, start, wanted = "wingsmith.evt.>", args.since or 1, args.correlation
     needle = orjson.dumps(wanted)

@@ -47,6 +47,7 @@ KINDS: dict[str, type[c.Command]] = {
     "action": c.ObserveAction,
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
+MAX_ATTEMPTS = 5  # deliveries of one observation whose handling fails before it is set aside
 _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
 # The stream refuses a larger report at publish; checked again here, as every limit is.
 MAX_REPORT_BYTES = MAX_REPORT
@@ -221,10 +222,18 @@ class Intake:
 
     async def handle(self, batch: list[Delivery]) -> None:
         runnable = await self._admit(batch)
-        replies = await asyncio.gather(*(self.execute(command) for _, command in runnable))
+        replies = await asyncio.gather(
+            *(self.execute(command) for _, command in runnable), return_exceptions=True
+        )
         retrying = False
-        for (delivery, command), reply in zip(runnable, replies, strict=True):
+        for (delivery, command), answer in zip(runnable, replies, strict=True):
+            reply = _reply(answer)
             error = reply.get("error") or {}
+            if _poisoned(delivery, reply):  # handling keeps failing: set aside, let the rest on
+                reason = f"handling failed {delivery.attempts} times: {error.get('message', '')}"
+                await self._set_aside(delivery, reason)
+                await delivery.ack()
+                continue
             # once one must be retried, so must every later one: they are applied in order
             retrying = retrying or (not reply.get("ok") and error.get("code") in RETRY)
             if retrying:
@@ -288,3 +297,21 @@ def _reason(subject: str, error: dict[str, Any]) -> str:
     """The hub's refusal as a dead letter's reason: the field, then the problem."""
     where = (error.get("details") or {}).get("field") or "(body)"
     return f"{subject}: {where}: {error.get('message') or error.get('code')}"
+
+
+def _reply(answer: dict[str, Any] | BaseException) -> dict[str, Any]:
+    """The hub's reply; a handler that raised instead answers `internal`."""
+    if isinstance(answer, BaseException):
+        if not isinstance(answer, Exception):  # a cancellation: let it through
+            raise answer
+        log.error("observation handling raised %s: %s", type(answer).__name__, answer)
+        return {"ok": False, "error": {"code": "internal", "message": f"{answer}"[:500]}}
+    return answer
+
+
+def _poisoned(delivery: Delivery, reply: dict[str, Any]) -> bool:
+    """An observation whose handling failed `MAX_ATTEMPTS` times: the hub's own failure, not a
+    passing outage (which answers `unavailable`), so trying again would hold up everything
+    after it for ever."""
+    code = (reply.get("error") or {}).get("code")
+    return not reply.get("ok") and code == "internal" and delivery.attempts >= MAX_ATTEMPTS

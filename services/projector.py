@@ -17,14 +17,16 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from adapters.checkpoints import Checkpoint, CheckpointStore
-from adapters.nats_bus import StreamMessage
+from adapters.dead_letters import DeadLetters
+from adapters.nats_bus import StreamMessage, Unpublishable
 from adapters.store import Notification, StoreThread
-from projections.base import Fold, Keys, Projection
+from domain.subjects import key_subject
+from projections.base import Fold, Keys, Projection, failure
 from projections.fleet import PROJECTIONS
 from services.relay import event_type, to_message
 
@@ -33,6 +35,24 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVENTS = 20_000
 CHECKPOINT_SECONDS = 10.0
 READ_PAGE = 5_000
+DEAD_COMPONENT = "projector"
+
+
+def envelope_problem(event: Any) -> str | None:
+    """What keeps a stream message from being folded as an event, if anything."""
+    if not isinstance(event, dict):
+        return "the message is not a JSON object"
+    for name, kind in (("position", int), ("type", str), ("aggregate_id", str), ("event", dict)):
+        if not isinstance(event.get(name), kind) or isinstance(event.get(name), bool):
+            return f"{name}: missing or not {kind.__name__}"
+    stamp = event["event"].get("timestamp")
+    try:
+        when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        return f"event.timestamp: not a time with its zone: {stamp!r}"
+    return None
 
 
 class ViewSink(Protocol):
@@ -60,6 +80,7 @@ class Projector:
         source: Source,
         sink: ViewSink,
         kinds: Iterable[type[Projection]] = PROJECTIONS,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self._store, self.checkpoints = store, checkpoints
         self._source, self._sink = source, sink
@@ -70,6 +91,7 @@ class Projector:
         self._since_checkpoint = 0
         self._checkpointed_at = time.monotonic()
         self._busy: asyncio.Future[None] | None = None
+        self.dead_letters = dead_letters if dead_letters is not None else DeadLetters(None)
 
     async def run(self) -> None:
         """Follow the stream until cancelled; a batch being applied is never cut in half. After
@@ -121,29 +143,32 @@ class Projector:
         """Fold a batch: every view change goes on the projection stream as it happens; the
         latest value of each view changed, and the projector's progress, once per batch. The
         progress follows the changes' acknowledgements, so a reader that sees it can count on
-        every change up to it being in the projection stream (they are separate streams)."""
+        every change up to it being in the projection stream (they are separate streams).
+        What cannot be folded or published is set aside, and the rest goes on."""
         latest: dict[tuple[str, str], tuple[bytes | None, int]] = {}
         for message in batch:
-            event = orjson.loads(message.data)
+            event = await self._envelope(message)
+            if event is None:
+                continue
             position = event["position"]
             for projection, key in self.fold.apply_envelope(event):
-                view = projection.view(key)
-                payload = None if view is None else orjson.dumps(view)
-                await self._sink.change(projection.name, key, payload, position)
-                latest[(projection.name, key)] = (payload, position)
+                view = await self._publish_change(message, projection, str(key), position)
+                if view is not False:
+                    latest[(projection.name, str(key))] = (view, position)
+            for name, reason in self.fold.take_failures():
+                await self._set_aside(message, f"{name}: {reason}", name)
         self.seq = batch[-1].seq
-        self._event_time = datetime.fromisoformat(event["event"]["timestamp"])  # the batch's last
         for (name, key), (payload, position) in latest.items():
             await self._sink.latest(name, key, payload, position)
         await self._sink.flush()  # the changes are stored before the progress that covers them
-        assert self._event_time is not None
-        await self._sink.progress(
-            {
-                "position": self.fold.position,
-                "stream_seq": self.seq,
-                "event_time": self._event_time.isoformat(),
-            }
-        )
+        if self._event_time is not None:  # else nothing was folded yet: no progress to tell
+            await self._sink.progress(
+                {
+                    "position": self.fold.position,
+                    "stream_seq": self.seq,
+                    "event_time": self._event_time.isoformat(),
+                }
+            )
         self._since_checkpoint += len(batch)
 
     async def _fill_gap(self, first: StreamMessage) -> None:
@@ -175,6 +200,39 @@ class Projector:
                 await self._apply(stand_ins)
             self.fold.position = max(self.fold.position, notes[-1].id)
         self.seq = first.seq - 1
+
+    async def _envelope(self, message: StreamMessage) -> dict[str, Any] | None:
+        """The message's event in the stream's shape, with its time taken as the projector's;
+        None (the message set aside) when it is not one."""
+        try:
+            event = orjson.loads(message.data)
+            problem = envelope_problem(event)
+        except orjson.JSONDecodeError as e:
+            problem = f"not JSON: {e}"
+        if problem is not None:
+            await self._set_aside(message, f"not an event: {problem}")
+            return None
+        self._event_time = datetime.fromisoformat(event["event"]["timestamp"])
+        return dict(event)
+
+    async def _publish_change(
+        self, message: StreamMessage, projection: Projection, key: str, position: int
+    ) -> bytes | Literal[False] | None:
+        """Publish one view change; the view as published, or False when it was set aside."""
+        try:
+            view = projection.view(key)
+            payload = None if view is None else orjson.dumps(view)
+            await self._sink.change(projection.name, key, payload, position)
+        except (TypeError, Unpublishable) as e:  # orjson's JSONEncodeError is a TypeError
+            await self._set_aside(message, f"{projection.name} {key!r}: {failure(e)}", key)
+            return False
+        return payload
+
+    async def _set_aside(self, message: StreamMessage, reason: str, part: str = "") -> None:
+        msg_id = f"{message.seq}:{key_subject(part)}" if part else str(message.seq)
+        await self.dead_letters.set_aside(
+            DEAD_COMPONENT, reason, message.subject, message.data, message.headers, msg_id
+        )
 
     def _due(self) -> bool:
         if self._since_checkpoint >= CHECKPOINT_EVENTS:
@@ -253,12 +311,17 @@ def fold(
             if known is None:
                 continue
             event = orjson.loads(note.state)
+            if not isinstance(event, dict):  # the live projector sets it aside: skip it too
+                continue
             if until is not None and datetime.fromisoformat(event["timestamp"]) > until:
                 return
             handlers, cut = known
             aggregate_id = note.originator_id[cut:]  # type: ignore[index]  # ids are text
             for handler in handlers:
-                handler(aggregate_id, event)
+                try:
+                    handler(aggregate_id, event)
+                except Exception:  # skipped as the live projector skips it (Fold.apply)
+                    log.debug("rebuild: a handler could not fold %s", note.id, exc_info=True)
             target.position = target.last_applied = note.id
         target.position = notes[-1].id
         if progress is not None:

@@ -19,6 +19,7 @@ import orjson
 
 from adapters.nats_bus import OutMessage, StreamTail
 from adapters.store import Notification, StoreThread
+from domain import subjects
 from domain.base import split_id
 from domain.receipt import CommandReceipt
 
@@ -66,9 +67,11 @@ def to_message(n: Notification) -> OutMessage | None:
     if head is None:
         return None
     return OutMessage(
-        subject=f"wingsmith.evt.{head['aggregate']}.{head['aggregate_id']}.{head['type']}",
+        # ids are encoded as subject tokens (domain/subjects.py): a stored id that is not a
+        # valid token (old history, a bug) must not stop the relay
+        subject=subjects.event_subject(head["aggregate"], head["aggregate_id"], head["type"]),
         payload=orjson.dumps(head | {"event": orjson.Fragment(n.state)}),
-        msg_id=f"{n.originator_id}:{n.originator_version}",
+        msg_id=subjects.event_msg_id(head["aggregate"], head["aggregate_id"], head["version"]),
         position=n.id,
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from adapters import nats_bus
+from domain import subjects
 from projections.base import View
 from services.commands import Command
 
@@ -41,7 +42,8 @@ class Views:
         return iter(list(self.by_projection.get(projection, {}).values()))
 
     def apply(self, message: nats_bus.StreamMessage) -> None:
-        projection, _, key = message.subject.removeprefix(PROJ_PREFIX).partition(".")
+        projection, _, encoded = message.subject.removeprefix(PROJ_PREFIX).partition(".")
+        key = subjects.key_value(encoded)
         views = self.by_projection.setdefault(projection, {})
         if message.headers.get(nats_bus.DELETED_HEADER):
             views.pop(key, None)

@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from adapters import nats_bus
+from domain import subjects
 from domain.deployment import AdmissionPhase
 from projections.audit import Timeline
 from services import commands as c
@@ -29,7 +30,7 @@ from services.api.problems import Problem
 
 MAX_BODY = 64 * 1024
 HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")
-AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>[-_:A-Za-z0-9]{1,400}))?$")
+AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>.{1,400}))?$", re.DOTALL)  # ids: any text
 # command fields that the path gives, by the name the path gives them
 WORKLOAD_REF = {"workload_id": "ref"}
 DEPLOYMENT_REF = {"deployment_id": "ref"}
@@ -468,5 +469,5 @@ def _subject(aggregate: str | None) -> tuple[str, bool]:
             field="query.aggregate",
         )
     if match["id"]:
-        return f"wingsmith.evt.{match['kind']}.{match['id']}.*", True
-    return f"wingsmith.evt.{match['kind']}.>", False
+        return f"{subjects.EVENTS}.{match['kind']}.{subjects.token(match['id'])}.*", True
+    return f"{subjects.EVENTS}.{match['kind']}.>", False

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 
 from adapters import nats_bus
+from domain import subjects
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ async def _follow_desired(
                 )
                 await delivery.reject()
                 continue
-            deployment_id = delivery.subject.split(".", 3)[3]
+            deployment_id = subjects.key_value(delivery.subject.split(".", 3)[3])  # as encoded
             position = delivery.position
             if position and position < applied.get(deployment_id, 0):
                 await delivery.ack()

@@ -21,6 +21,7 @@ from adapters.nats_server import EmbeddedNatsServer
 from adapters.store import EventStore, Notification, store_env
 from services.bootstrap import Hub, running_hub
 from services.config import Settings
+from services.relay import to_message
 
 LLAMA = {
     "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -124,11 +125,7 @@ def read_store(data_dir: Path, store_url: str | None = None) -> list[Notificatio
 
 def published(notes: list[Notification]) -> list[str]:
     """The message ids the relay must publish for these stored records, in order."""
-    return [
-        f"{n.originator_id}:{n.originator_version}"
-        for n in notes
-        if not str(n.originator_id).startswith("command:")
-    ]
+    return [m.msg_id for m in map(to_message, notes) if m is not None]
 
 
 async def stream_ids(nc: Client, stream: str = "WINGSMITH_EVENTS") -> list[str]:
