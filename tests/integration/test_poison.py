@@ -1,0 +1,113 @@
+"""No poison messages: an event already in the store that no stage expects (an id that is not a
+subject token, a field of the wrong type, as old history or a bug could leave) never stops the
+relay, the projector or the scheduler. The relay publishes it with its ids encoded, the stages
+that cannot fold it set it aside on WINGSMITH_DEAD, and what comes after flows on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.dead_letters import DEAD_STREAM, stored
+from domain.replica import Replica, ReplicaStarted
+from services.bootstrap import Hub
+
+from .conftest import published, read_store, seed_deployment, send_until_answered, stream_ids
+from .conftest import wait_for
+
+POD = "pod a\tb\x0b\x0c.*>é"  # a space, a tab, a vertical tab, a form feed, wildcards, unicode
+
+
+async def store_as_history(hub: Hub, pod: str, **fields: Any) -> int:
+    """A ReplicaStarted written straight to the store, unvalidated, as old history would hold
+    it; its store position."""
+    values = {
+        "deployment_id": "llama--east",
+        "name": pod,
+        "node_id": "node 1",
+        "device_ids": ("gpu 0",),
+        "serving_digest": "svg_0",
+        "engine_version": "0.9.2",
+        "version": 0,
+    } | fields
+    event = ReplicaStarted.model_construct(
+        originator_id=Replica.store_id(Replica.key_for("llama--east", pod)),
+        originator_version=1,
+        timestamp=datetime.now(UTC),
+        command_id=f"history-{pod}",
+        correlation_id="history",
+        **values,
+    )
+    [note] = await hub.store.run(hub.store.store.save, [event])
+    return note.id
+
+
+async def assert_stream_equals_store(nc: Client, data_dir: Path) -> None:
+    """Every stored event on WINGSMITH_EVENTS once, in store order, and nothing else."""
+
+    async def caught_up() -> bool:
+        return await stream_ids(nc) == published(read_store(data_dir))
+
+    await wait_for(caught_up, 30, "the stream to equal the store")
+
+
+async def view(nc: Client, projection: str, key: str) -> dict[str, Any] | None:
+    _, payload = (await nats_bus.latest_views(nc, projection)).get(key, (0, None))
+    return None if payload is None else orjson.loads(payload)
+
+
+async def test_a_stored_poisonous_event_is_passed_by_every_stage(
+    hub: Hub, client: Client, tmp_path: Path
+) -> None:
+    deployment = await seed_deployment(client)  # pending: east has reported no devices yet
+    await store_as_history(hub, POD)  # tokens NATS would refuse or misread
+    await store_as_history(hub, "p2", device_ids=5)  # no stage can count these devices
+
+    # the relay published both, ids encoded, and kept going
+    await assert_stream_equals_store(client, tmp_path / "hub")
+    on_stream = await stream_ids(client)
+    assert "replica:llama--east--pod=20a=09b=0B=0C-=2A=3E=C3=A9:1" in on_stream
+
+    # the projector folded the first under its own key, set the second aside, and goes on
+    async def allocated() -> bool:
+        return await view(client, "allocations", Replica.key_for(deployment, POD)) is not None
+
+    await wait_for(allocated, 20, "the odd replica's allocation view")
+    quota = {"command_id": "sentinel", "project": "later", "device_class": "H100", "devices": 1}
+    assert (await send_until_answered(client, "project.set_quota", quota))["ok"]
+
+    async def sentinel_seen() -> bool:
+        return await view(client, "quota_use", "later.H100") is not None
+
+    await wait_for(sentinel_seen, 20, "a later command in the views")
+
+    # the scheduler set the second aside and still admits what comes after
+    inventory = {
+        "command_id": "inv",
+        "cluster_id": "east",
+        "nodes": [{"node_id": "n1", "device_class": "H100", "devices": 8}],
+    }
+    assert (await send_until_answered(client, "cluster.report_inventory", inventory))["ok"]
+
+    async def admitted() -> bool:
+        health = await view(client, "deployment_health", deployment)
+        return health is not None and health["admission"]["phase"] != "pending"
+
+    await wait_for(admitted, 20, "the deployment admitted after the poison")
+
+    async def both_set_aside() -> bool:
+        counts = await stored(client)
+        return counts.get("projector", 0) >= 1 and counts.get("scheduler", 0) >= 1
+
+    await wait_for(both_set_aside, 20, "the projector and the scheduler to set it aside")
+    assert hub.dead_letters.counts["scheduler"] >= 1
+    kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.projector")
+    record = orjson.loads(kept.data)
+    assert record["subject"] == "wingsmith.evt.replica.llama--east--p2.ReplicaStarted"
+    assert "TypeError" in record["reason"] and '"device_ids":5' in record["data"]
+    await assert_stream_equals_store(client, tmp_path / "hub")
