@@ -17,8 +17,14 @@ from adapters.dead_letters import DEAD_STREAM, stored
 from domain.replica import Replica, ReplicaStarted
 from services.bootstrap import Hub
 
-from .conftest import published, read_store, seed_deployment, send_until_answered, stream_ids
-from .conftest import wait_for
+from .conftest import (
+    published,
+    read_store,
+    seed_deployment,
+    send_until_answered,
+    stream_ids,
+    wait_for,
+)
 
 POD = "pod a\tb\x0b\x0c.*>é"  # a space, a tab, a vertical tab, a form feed, wildcards, unicode
 
@@ -26,7 +32,7 @@ POD = "pod a\tb\x0b\x0c.*>é"  # a space, a tab, a vertical tab, a form feed, wi
 async def store_as_history(hub: Hub, pod: str, **fields: Any) -> int:
     """A ReplicaStarted written straight to the store, unvalidated, as old history would hold
     it; its store position."""
-    values = {
+    values: dict[str, Any] = {
         "deployment_id": "llama--east",
         "name": pod,
         "node_id": "node 1",
@@ -107,7 +113,7 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
     await wait_for(both_set_aside, 20, "the projector and the scheduler to set it aside")
     assert hub.dead_letters.counts["scheduler"] >= 1
     kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.projector")
-    record = orjson.loads(kept.data)
+    record = orjson.loads(kept.data or b"")
     assert record["subject"] == "wingsmith.evt.replica.llama--east--p2.ReplicaStarted"
     assert "TypeError" in record["reason"] and '"device_ids":5' in record["data"]
     await assert_stream_equals_store(client, tmp_path / "hub")
