@@ -5,6 +5,7 @@ that cannot fold it set it aside on WINGSMITH_DEAD, and what comes after flows o
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,11 @@ import orjson
 from nats.aio.client import Client
 
 from adapters import nats_bus
-from adapters.dead_letters import DEAD_STREAM, stored
+from adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
 from domain.replica import Replica, ReplicaStarted
 from services.bootstrap import Hub
+from services.commands import Command, ObserveHeartbeat
+from services.ingest import MAX_ATTEMPTS, ingest
 
 from .conftest import (
     published,
@@ -117,3 +120,43 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
     assert record["subject"] == "wingsmith.evt.replica.llama--east--p2.ReplicaStarted"
     assert "TypeError" in record["reason"] and '"device_ids":5' in record["data"]
     await assert_stream_equals_store(client, tmp_path / "hub")
+
+
+async def test_an_observation_whose_handling_keeps_failing_is_set_aside(client: Client) -> None:
+    """The hub's handler raising on one observation (a bug) costs that observation, after a few
+    tries, not every one published after it."""
+    await nats_bus.ensure_streams(client)
+    dead = DeadLetters(client)
+    handled: list[str] = []
+
+    async def execute(command: Command) -> dict[str, Any]:
+        assert isinstance(command, ObserveHeartbeat)
+        if command.operator.instance == "bug":
+            raise RuntimeError("a handler's bug")
+        handled.append(command.operator.instance)
+        return {"ok": True, "result": {}}
+
+    for n, instance in enumerate(["bug", "after"]):
+        body = {
+            "cluster_id": "east",
+            "operator": {"instance": instance, "version": "1", "read_only": False},
+        }
+        await nats_bus.publish_observation(client, "east", "heartbeat", body, f"hb-{n}")
+    task = asyncio.create_task(
+        ingest(lambda: nats_bus.observation_batches(client), execute, dead_letters=dead)
+    )
+    try:
+
+        async def passed() -> bool:  # (executed again while the one before was retried)
+            return await stored(client) == {"ingest": 1} and handled[-1:] == ["after"]
+
+        await wait_for(passed, 30, "the failing observation set aside, the next one handled")
+        settled = len(handled)
+        await asyncio.sleep(1.5)  # longer than a retry's delay: nothing comes back
+        assert len(handled) == settled
+    finally:
+        await nats_bus.cancel_and_wait(task)
+    kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.ingest")
+    record = orjson.loads(kept.data or b"")
+    assert record["subject"] == "wingsmith.obs.east.heartbeat" and '"bug"' in record["data"]
+    assert f"failed {MAX_ATTEMPTS} times" in record["reason"]
