@@ -20,6 +20,7 @@ import orjson
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
+from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.kube import Kube
 from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
@@ -178,6 +179,17 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     events.add_argument("--json", action="store_true", help="one JSON event per line")
     events.set_defaults(run=_events)
+
+    dead = sub.add_parser(
+        "dead-letters", help="print what the hub's stages set aside (stream WINGSMITH_DEAD)"
+    )
+    dead.add_argument("--component", default="*", help="projector, scheduler or ingest")
+    dead.add_argument(
+        "--since", type=_start, default=1, metavar="WHEN", help="a stream sequence, time or age"
+    )
+    dead.add_argument("-f", "--follow", action="store_true", help="keep printing new ones")
+    dead.add_argument("--json", action="store_true", help="one JSON record per line")
+    dead.set_defaults(run=_dead_letters)
 
     names = [kind.name for kind in PROJECTIONS]
     watch = sub.add_parser(
@@ -544,6 +556,26 @@ def _event_line(message: nats_bus.StreamMessage, *, as_json: bool) -> str:
         f"v{e['version']} {e['type']} cmd={inner['command_id']} "
         f"{orjson.dumps(data).decode()}"
     )
+
+
+async def _dead_letters(args: argparse.Namespace) -> int:
+    subject = f"{DEAD_PREFIX}.{args.component}"
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
+    try:
+        stream = nats_bus.read_stream(
+            nc, DEAD_STREAM, subject, follow=args.follow, start=args.since
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            async for m in stream:
+                if args.json:
+                    print(m.data.decode(), flush=True)
+                    continue
+                r = orjson.loads(m.data)
+                at, component, what = r["at"][:19], r["component"], r["subject"]
+                print(f"{m.seq:>6} {at} {component:<9} {what!r}: {r['reason']}", flush=True)
+    finally:
+        await nc.close()
+    return 0
 
 
 AGES = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -6,6 +6,8 @@ that cannot fold it set it aside on WINGSMITH_DEAD, and what comes after flows o
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,7 +73,7 @@ async def view(nc: Client, projection: str, key: str) -> dict[str, Any] | None:
 
 
 async def test_a_stored_poisonous_event_is_passed_by_every_stage(
-    hub: Hub, client: Client, tmp_path: Path
+    hub: Hub, client: Client, tmp_path: Path, env: dict[str, str]
 ) -> None:
     deployment = await seed_deployment(client)  # pending: east has reported no devices yet
     await store_as_history(hub, POD)  # tokens NATS would refuse or misread
@@ -120,6 +122,19 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
     assert record["subject"] == "wingsmith.evt.replica.llama--east--p2.ReplicaStarted"
     assert "TypeError" in record["reason"] and '"device_ids":5' in record["data"]
     await assert_stream_equals_store(client, tmp_path / "hub")
+
+    # and a person can read them, by component, with their reasons
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "services.cli", "dead-letters", "--component", "scheduler"],
+        env=env | {"WINGSMITH_NATS_URL": hub.nats_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    [line] = shown.stdout.splitlines()
+    assert "scheduler" in line and "llama--east--p2" in line and "TypeError" in line
 
 
 async def test_an_observation_whose_handling_keeps_failing_is_set_aside(client: Client) -> None:
