@@ -600,25 +600,25 @@ class ViewPublisher:
         """One change of one view, on the projection stream (the render stream for `render`);
         None: the view was removed. `Unpublishable` when NATS can never take it."""
         _, prefix = view_stream(projection)
-        await self._publish(f"{prefix}.{key_subject(key)}", projection, key, view, position)
+        await self._publish(prefix, projection, key_subject(key), view, position)
 
     async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """The view's value now, in its KV bucket (the key encoded as in its subject)."""
-        subject = f"$KV.{view_bucket(projection)}.{key_subject(key)}"
-        await self._publish(subject, projection, key, view, position, kv=True)
+        prefix = f"$KV.{view_bucket(projection)}"
+        await self._publish(prefix, projection, key_subject(key), view, position, kv=True)
 
     async def _publish(
         self,
-        subject: str,
+        prefix: str,
         projection: str,
-        key: str,
+        token: str,
         view: bytes | None,
         position: int,
         *,
         kv: bool = False,
     ) -> None:
         headers = {
-            "Nats-Msg-Id": f"{projection}:{key_subject(key)}:{position}",
+            "Nats-Msg-Id": f"{projection}:{token}:{position}",
             POSITION_HEADER: str(position),
         }
         if view is None:
@@ -629,7 +629,7 @@ class ViewPublisher:
             raise Unpublishable(
                 f"{len(payload)} bytes: more than the server's max_payload {self._nc.max_payload}"
             )
-        await self._js.publish_async(subject, payload, headers=headers)
+        await self._js.publish_async(f"{prefix}.{token}", payload, headers=headers)
 
     async def progress(self, progress: dict[str, Any]) -> None:
         await self._js.publish_async(f"$KV.{PROGRESS_BUCKET}.position", orjson.dumps(progress))

@@ -31,6 +31,7 @@ MAX_TOKEN = 512
 _DIGEST_HEX = 32
 _ESCAPED = re.compile(r"=([0-9A-F]{2})")
 _ALL_SAFE = re.compile(r"[-_A-Za-z0-9]+")
+_SAFE_KEY = re.compile(r"[-_A-Za-z0-9]+(?:\.[-_A-Za-z0-9]+)*")
 
 EVENTS = "wingsmith.evt"
 
@@ -67,6 +68,8 @@ def value(encoded: str) -> str:
 
 def key_subject(key: str) -> str:
     """A view key as subject tokens: each dot-separated part encoded, the dots kept."""
+    if len(key) <= MAX_TOKEN and _SAFE_KEY.fullmatch(key):  # every valid key: nothing to do
+        return key
     return ".".join(token(part) for part in key.split("."))
 
 
