@@ -30,7 +30,7 @@ from services.api.problems import Problem
 
 MAX_BODY = 64 * 1024
 HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")
-AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>.{1,400}))?$", re.DOTALL)  # ids: any text
+AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>[-_:A-Za-z0-9]{1,400}))?$")
 # command fields that the path gives, by the name the path gives them
 WORKLOAD_REF = {"workload_id": "ref"}
 DEPLOYMENT_REF = {"deployment_id": "ref"}
