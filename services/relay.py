@@ -135,7 +135,10 @@ class Relay:
     async def _check_tail(self, tail: StreamTail) -> None:
         stored = await self._store.run(self._store.store.read, tail.position - 1, 1, tail.position)
         expected = to_message(stored[0]) if stored else None
-        if expected is None or expected.msg_id != tail.msg_id:
+        # a stream published before ids were encoded may end in an event whose raw id had a
+        # control character (whitespace never got onto it: its subject was refused)
+        raw = f"{stored[0].originator_id}:{stored[0].originator_version}" if stored else ""
+        if expected is None or tail.msg_id not in (expected.msg_id, raw):
             raise StreamMismatch(
                 f"the stream's last event {tail.msg_id!r} (position {tail.position}) is not "
                 f"this store's event at that position"

@@ -17,9 +17,11 @@ from nats.aio.client import Client
 
 from adapters import nats_bus
 from adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
+from adapters.nats_server import EmbeddedNatsServer
 from domain.replica import Replica, ReplicaStarted
-from services.bootstrap import Hub
+from services.bootstrap import Hub, running_hub
 from services.commands import Command, ObserveHeartbeat
+from services.config import Settings
 from services.ingest import MAX_ATTEMPTS, ingest
 
 from .conftest import (
@@ -175,3 +177,41 @@ async def test_an_observation_whose_handling_keeps_failing_is_set_aside(client: 
     record = orjson.loads(kept.data or b"")
     assert record["subject"] == "wingsmith.obs.east.heartbeat" and '"bug"' in record["data"]
     assert f"failed {MAX_ATTEMPTS} times" in record["reason"]
+
+
+async def test_a_stream_published_before_ids_were_encoded_is_resumed(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """An earlier relay published an id with a vertical tab as it was; a relay that encodes ids
+    resumes after it instead of taking the stream for another store's."""
+    data_dir = tmp_path / "hub"
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir)
+    async with running_hub(settings) as hub:
+        await store_as_history(hub, "pod\x0bb")
+
+        async def published_once() -> bool:
+            return len(await stream_ids(client)) == 1
+
+        await wait_for(published_once, 20, "the event on the stream")
+    # the stream as the earlier relay left it: the same event under its raw id and subject
+    await client.jetstream().purge_stream(nats_bus.EVENTS_STREAM)
+    [note] = read_store(data_dir)
+    await client.jetstream().publish(
+        "wingsmith.evt.replica.llama--east--pod\x0bb.ReplicaStarted",
+        b"{}",
+        stream=nats_bus.EVENTS_STREAM,
+        headers={
+            "Nats-Msg-Id": f"{note.originator_id}:1",
+            nats_bus.POSITION_HEADER: str(note.id),
+        },
+    )
+    async with running_hub(settings) as hub:
+        quota = {"command_id": "after", "project": "later", "device_class": "H100", "devices": 1}
+        assert (await send_until_answered(client, "project.set_quota", quota))["ok"]
+
+        async def resumed() -> bool:  # the old event as it was, then the store after it
+            ids = await stream_ids(client)
+            return ids[1:] == published(read_store(data_dir))[1:] and len(ids) > 1
+
+        await wait_for(resumed, 20, "the relay to publish after the old event")
+        assert hub.relay is not None and hub.relay.mismatch is None
