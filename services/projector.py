@@ -152,14 +152,18 @@ class Projector:
                 continue
             position = event["position"]
             for projection, key in self.fold.apply_envelope(event):
-                view = await self._publish_change(message, projection, str(key), position)
+                view = await self._publish_change(message, projection, key, position)
                 if view is not False:
                     latest[(projection.name, str(key))] = (view, position)
             for name, reason in self.fold.take_failures():
                 await self._set_aside(message, f"{name}: {reason}", name)
         self.seq = batch[-1].seq
         for (name, key), (payload, position) in latest.items():
-            await self._sink.latest(name, key, payload, position)
+            try:
+                await self._sink.latest(name, key, payload, position)
+            except Unpublishable as e:  # its change fitted, its KV entry (a few bytes more) not
+                reason = f"{name} {key!r}: KV entry: {e}"
+                await self.dead_letters.set_aside(DEAD_COMPONENT, reason, name, payload or b"")
         await self._sink.flush()  # the changes are stored before the progress that covers them
         if self._event_time is not None:  # else nothing was folded yet: no progress to tell
             await self._sink.progress(
@@ -222,9 +226,10 @@ class Projector:
         try:
             view = projection.view(key)
             payload = None if view is None else orjson.dumps(view)
-            await self._sink.change(projection.name, key, payload, position)
+            # str(): a key made from a field of the wrong type (old history) is still a key
+            await self._sink.change(projection.name, str(key), payload, position)
         except (TypeError, Unpublishable) as e:  # orjson's JSONEncodeError is a TypeError
-            await self._set_aside(message, f"{projection.name} {key!r}: {failure(e)}", key)
+            await self._set_aside(message, f"{projection.name} {key!r}: {failure(e)}", str(key))
             return False
         return payload
 

@@ -49,7 +49,7 @@ async def store_as_history(hub: Hub, pod: str, **fields: Any) -> int:
         "version": 0,
     } | fields
     event = ReplicaStarted.model_construct(
-        originator_id=Replica.store_id(Replica.key_for("llama--east", pod)),
+        originator_id=Replica.store_id(Replica.key_for(values["deployment_id"], pod)),
         originator_version=1,
         timestamp=datetime.now(UTC),
         command_id=f"history-{pod}",
@@ -80,6 +80,8 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
     deployment = await seed_deployment(client)  # pending: east has reported no devices yet
     await store_as_history(hub, POD)  # tokens NATS would refuse or misread
     await store_as_history(hub, "p2", device_ids=5)  # no stage can count these devices
+    huge = tuple(f"gpu-{i:07d}" for i in range(100_000))  # 1.3 MB: more than NATS takes
+    await store_as_history(hub, "p3", device_ids=huge, deployment_id="ghost--west")
 
     # the relay published both, ids encoded, and kept going
     await assert_stream_equals_store(client, tmp_path / "hub")
@@ -118,11 +120,18 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
         return counts.get("projector", 0) >= 1 and counts.get("scheduler", 0) >= 1
 
     await wait_for(both_set_aside, 20, "the projector and the scheduler to set it aside")
+    records = [
+        orjson.loads(m.data)
+        async for m in nats_bus.read_stream(
+            client, DEAD_STREAM, "wingsmith.dead.projector", follow=False
+        )
+    ]
+    by_subject = {r["subject"].split(".")[3]: r for r in records}
+    wrong_type, oversized = by_subject["llama--east--p2"], by_subject["ghost--west--p3"]
+    assert "TypeError" in wrong_type["reason"] and '"device_ids":5' in wrong_type["data"]
+    assert oversized["reason"] == "not an event: event: missing or not dict"
+    assert '"oversized":' in oversized["data"]
     assert hub.dead_letters.counts["scheduler"] >= 1
-    kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.projector")
-    record = orjson.loads(kept.data or b"")
-    assert record["subject"] == "wingsmith.evt.replica.llama--east--p2.ReplicaStarted"
-    assert "TypeError" in record["reason"] and '"device_ids":5' in record["data"]
     await assert_stream_equals_store(client, tmp_path / "hub")
 
     # and a person can read them, by component, with their reasons
