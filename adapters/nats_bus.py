@@ -580,9 +580,9 @@ def _header_bytes(headers: dict[str, str]) -> int:
 class ViewPublisher:
     """Publishes every view change on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ),
     the key's parts encoded as subject tokens (`domain/subjects.py`), keeps the latest value per
-    key in the KV bucket `wingsmith_<projection>`, and the projector's
-    progress in the bucket `wingsmith_projector`. Pipelined: call `flush` to wait for every
-    acknowledgement. Each message carries the store position of the event behind it."""
+    key in the KV bucket `wingsmith_<projection>` (under the same encoded key), and the
+    projector's progress in the bucket `wingsmith_projector`. Pipelined: call `flush` to wait for
+    every acknowledgement. Each message carries the store position of the event behind it."""
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
@@ -617,6 +617,7 @@ class ViewPublisher:
         *,
         kv: bool = False,
     ) -> None:
+        """Publish under `<prefix>.<token>`, `token` being the view's key as subject tokens."""
         headers = {
             "Nats-Msg-Id": f"{projection}:{token}:{position}",
             POSITION_HEADER: str(position),
