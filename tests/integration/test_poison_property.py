@@ -31,7 +31,7 @@ from services.relay import to_message
 
 from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
 
-EXAMPLES = 30
+EXAMPLES = 60
 
 DEPLOYMENT = "llama--east"
 STATUS = {"phase": "progressing", "ready_replicas": 0, "desired_replicas": 2}
