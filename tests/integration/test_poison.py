@@ -169,7 +169,7 @@ async def test_an_observation_whose_handling_keeps_failing_is_set_aside(client: 
         }
         await nats_bus.publish_observation(client, "east", "heartbeat", body, f"hb-{n}")
     task = asyncio.create_task(
-        ingest(lambda: nats_bus.observation_batches(client), execute, dead_letters=dead)
+        ingest(lambda: nats_bus.observation_batches(client), execute, dead=dead)
     )
     try:
 
