@@ -38,6 +38,7 @@ WAITING_FOR_PREVIOUS = "waiting_for_previous_generation"
 
 Key = tuple[str, str]  # (cluster or project, device class)
 E = Mapping[str, Any]
+OnError = Callable[[str, Exception], None]  # (deployment or workload id, what it raised)
 
 
 @dataclass(slots=True)
@@ -376,32 +377,48 @@ class Ledger:
             decision.deployment_id, decision.phase, decision.reason, decision.devices
         )
 
-    def decide_all(self, deployment_ids: list[str]) -> list[Decision]:
-        """Decide in order, recording each decision before the next. A deployment that would
-        take devices while an older one waits for capacity in its cluster, or for quota in its
-        project, waits behind it."""
+    def decide_all(
+        self, deployment_ids: Iterable[str], on_error: OnError | None = None
+    ) -> list[Decision]:
+        """Decide in order, recording each decision before the next, each deployment once
+        unless a decision of this call changes it again. A deployment that would take devices
+        while an older one waits for capacity in its cluster, or for quota in its project,
+        waits behind it. With `on_error`, a deployment whose decision raises is reported
+        there and the others are decided; the decisions recorded so far are kept."""
         decisions: list[Decision] = []
         queue = dict.fromkeys(deployment_ids)
         while queue:
             deployment_id = next(iter(queue))
             del queue[deployment_id]
-            slot = self.deployments.get(deployment_id)
-            if slot is None:
+            try:
+                decision, released = self._decide_one(deployment_id)
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(deployment_id, e)
                 continue
-            decision = self.decide(deployment_id)
-            if decision is None:
-                if slot.phase in HOLDS and slot.wanted > slot.granted:
-                    self._wait(deployment_id, slot)  # to grow when there is room
-                continue
-            if decision.devices > slot.held and self._behind_a_blocker(slot, deployment_id):
-                self._wait(deployment_id, slot)  # its turn comes after the older one's
-                continue
-            decisions.append(decision)
-            released = self.record(decision)
-            if decision.reason == "awaiting_admission":  # out of failure: decide again
-                released = [deployment_id, *released]
+            if decision is not None:
+                decisions.append(decision)
             queue.update(dict.fromkeys(released))
         return decisions
+
+    def _decide_one(self, deployment_id: str) -> tuple[Decision | None, list[str]]:
+        """A decision, recorded, and who to decide for after it."""
+        slot = self.deployments.get(deployment_id)
+        if slot is None:
+            return None, []
+        decision = self.decide(deployment_id)
+        if decision is None:
+            if slot.phase in HOLDS and slot.wanted > slot.granted:
+                self._wait(deployment_id, slot)  # to grow when there is room
+            return None, []
+        if decision.devices > slot.held and self._behind_a_blocker(slot, deployment_id):
+            self._wait(deployment_id, slot)  # its turn comes after the older one's
+            return None, []
+        released = self.record(decision)
+        if decision.reason == "awaiting_admission":  # out of failure: decide again
+            released = [deployment_id, *released]
+        return decision, released
 
     def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> bool:
         for queues, key, reason in (
@@ -626,6 +643,36 @@ class Ledger:
             )
             decide += self._add(deployment_id, slot)
         return decide
+
+    def undo_placement(self, placement: Placement) -> list[str]:
+        """Take back a placement recorded before the hub refused it (the workload changed
+        meanwhile): shares as they were, deployments it would have created gone. Returns the
+        deployments admission should decide for again."""
+        w = self.workloads.get(placement.workload_id)
+        if w is None:
+            return []
+        if not placement.shares:
+            w.deferred = False
+        decide: list[str] = []
+        for cluster in placement.shares:
+            deployment_id = w.deployments.get(cluster)
+            if deployment_id is None:
+                continue
+            if cluster in placement.previous:
+                decide += self._change(deployment_id, desired=placement.previous[cluster])
+            else:
+                del w.deployments[cluster]
+                decide += self._forget(deployment_id)
+        return decide
+
+    def _forget(self, deployment_id: str) -> list[str]:
+        """Remove a deployment that never existed: it holds nothing (nobody decided for it)."""
+        slot = self.deployments.pop(deployment_id, None)
+        if slot is None:
+            return []
+        self._stop_waiting(deployment_id, slot)
+        self._claim(slot, -slot.claim)
+        return [d for d in self._heads_of(slot) if d in self.deployments]
 
     def _reach(self, cluster: str, reachable: bool) -> list[str]:
         self.reachable[cluster] = reachable

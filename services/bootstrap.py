@@ -26,6 +26,7 @@ from services.api.server import Serving, serving
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import Buckets, RateLimit, ingest
+from services.intake import Backlog, Intake
 from services.liveness import Liveness
 from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
@@ -46,6 +47,7 @@ class Hub:
     # what the hub's stages (scheduler, observation intake) set aside; the projector, in its
     # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
     dead_letters: DeadLetters
+    scheduler: Scheduler | None = None  # its `position`: folded and decided up to there
 
 
 async def connect(
@@ -92,25 +94,31 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
 
         dead_letters = DeadLetters(nc)
         relay: Relay | None = None
+        intake: Intake | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
         if settings.relay:  # one hub per store runs the relay and the projector
             publisher = nats_bus.EventPublisher(nc)
             await publisher.start()
             stack.push_async_callback(publisher.close)
             relay = Relay(store, publisher)
-            on_committed = relay.feed
+            intake = Intake(Backlog(), max_lag=settings.intake_max_lag)
+            on_committed = _both(relay.feed, intake.backlog.committed)
+            intake.backlog.handled = lambda: relay.position if relay else 0
             if settings.projector:
                 await stack.enter_async_context(projector_process(url, settings))
         commands = CommandService(
-            store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes
+            store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes, intake
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
         liveness: Liveness | None = None
+        scheduler: Scheduler | None = None
         if relay is not None and settings.admission:
             scheduler = scheduler_process(store, relay, commands, dead_letters)
             relay.on_published = scheduler.published
+            if intake is not None:  # the scheduler follows the relay: its lag is the hub's
+                intake.backlog.handled = lambda: scheduler.position if scheduler else 0
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
             liveness = Liveness(
                 commands.execute,
@@ -129,7 +137,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
-            yield Hub(url, nc, store, commands, relay, list(tasks.values()), dead_letters)
+            yield Hub(
+                url, nc, store, commands, relay, list(tasks.values()), dead_letters, scheduler
+            )
         finally:
             await _shut_down(subscription, commands, relay, tasks)
 
@@ -180,7 +190,7 @@ def scheduler_process(
         await relay.synced.wait()
         return relay.position
 
-    return Scheduler(read, commands.execute, published_upto, dead_letters)
+    return Scheduler(read, commands.execute_all, published_upto, dead_letters)
 
 
 @contextlib.asynccontextmanager
@@ -280,6 +290,16 @@ async def _shut_down(
 
 def _ignore(_: object) -> None:
     return None
+
+
+def _both(
+    first: Callable[[list[Notification]], None], second: Callable[[list[Notification]], None]
+) -> Callable[[list[Notification]], None]:
+    def both(notifications: list[Notification]) -> None:
+        first(notifications)
+        second(notifications)
+
+    return both
 
 
 @contextlib.asynccontextmanager

@@ -114,6 +114,7 @@ class Settings:
     observation_rate: float = 200.0  # reports a second each cluster may have handled, sustained
     observation_burst: float = 5000.0  # ... and at once
     stream_max_bytes: dict[str, int] = field(default_factory=dict)  # stream -> size limit
+    intake_max_lag: float = 0.25  # seconds the scheduler may be behind before clients wait
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
@@ -154,6 +155,7 @@ class Settings:
             not in {"0", "false", "no", "off"},
             stream_replicas=int(replicas),
             cluster_silence=cluster_silence,
+            intake_max_lag=_number(env, "WINGSMITH_INTAKE_MAX_LAG", 0.25, 0.01, 3_600),
             nats_credentials=credentials_from_env(env),
             api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
             api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),

@@ -5,11 +5,17 @@ arrival order against cached aggregates (commands on one aggregate apply one aft
 same instance), all its events and command receipts are saved in one transaction, and only then
 does any command in it get its reply. A conflict (another writer got there first) re-runs each of
 the batch's commands on its own against fresh state; nothing is ever acknowledged unsaved.
+
+Commands from inside the hub (the scheduler's decisions, observations) go first. Clients'
+commands are held while the `Intake` says the hub is behind, and answered `busy` with a retry
+hint when too many wait or they have waited too long (services/intake.py): intake slows down
+instead of the hub's lag growing without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
@@ -27,6 +33,7 @@ from domain.receipt import CommandReceipt
 from services.commands import COMMANDS, Command, reserved_prefix
 from services.handlers import HANDLERS
 from services.wire import duplicate_key
+from services.intake import Intake
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,7 @@ SUBJECT_PREFIX = "wingsmith.cmd."
 # batch is saved; large enough that a disk sync is shared by dozens of commands.
 MAX_BATCH = 64
 CONFLICT_RETRIES = 5
+HELD_POLL = 0.01  # seconds between looks at a held intake
 
 
 class Publisher(Protocol):
@@ -116,11 +124,27 @@ def _problem_reply(field: str, problem: str, kind: str) -> bytes:
 
 
 @dataclass(slots=True)
+class Chain:
+    """Commands that must apply in order or not at all from the first refused one on: each
+    admission decision of a pass may count on the devices an earlier one released. A refusal
+    whose code is in `tolerated` does not break it (a deployment deleted meanwhile released
+    its grant already)."""
+
+    tolerated: frozenset[str] = frozenset()
+    broken: bool = False
+
+    def refused(self, code: str) -> None:
+        if code not in self.tolerated:
+            self.broken = True
+
+
+@dataclass(slots=True)
 class Submission:
     command: Command
     reply_to: str | None
     digest: str = ""
     answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
+    chain: Chain | None = None
 
     def __post_init__(self) -> None:
         # what the command asks for: its subject and fields, not the chain it is part of, so a
@@ -296,6 +320,8 @@ class Executor:
     ) -> Outcome | int:
         """Decide a command, or point at the same command_id earlier in the batch: identical
         commands share its reply; a different one after a handled one is a reuse."""
+        if sub.chain is not None and sub.chain.broken:
+            return Outcome(_BROKEN_CHAIN)
         j = firsts.get(sub.command.command_id)
         if j is not None:
             first = outcomes[j]
@@ -348,10 +374,15 @@ class Executor:
                 result = handle(uow, sub.command, cause)
             except DomainError as e:
                 uow.rollback()
-                return Outcome(self._stored_reply(sub) or _domain_reply(e))
+                stored = self._stored_reply(sub)
+                if stored is None and sub.chain is not None:
+                    sub.chain.refused(e.code)
+                return Outcome(stored or _domain_reply(e))
             except Exception:
                 log.exception("command %s failed", sub.command.command_id)
                 uow.rollback()
+                if sub.chain is not None:
+                    sub.chain.refused("internal")
                 return Outcome(error_reply("internal", "the hub failed to handle this command"))
             stale = [] if attempt or uow.command_events() else uow.stale_reads()
             if not stale:
@@ -389,6 +420,9 @@ class Executor:
         replies: list[bytes] = []
         notifications: list[Notification] = []
         for sub in batch:
+            if sub.chain is not None and sub.chain.broken:
+                replies.append(_BROKEN_CHAIN)
+                continue
             for _ in range(CONFLICT_RETRIES):
                 uow = UnitOfWork(self.store, self.cache)
                 outcome = self._decide(uow, sub, check_store=True)
@@ -401,17 +435,32 @@ class Executor:
                 except Exception:
                     log.exception("store failed on command %s", sub.command.command_id)
                     uow.discard()
+                    _break_chain(sub)
                     replies.append(_UNAVAILABLE)
                     break
                 uow.committed()
                 replies += self._replies([sub], [outcome], notifications)
                 break
             else:
+                _break_chain(sub)
                 replies.append(error_reply("conflict", "too many concurrent writers; retry"))
         return replies, notifications
 
 
 _UNAVAILABLE = error_reply("unavailable", "the event store failed; nothing was saved; retry")
+_BROKEN_CHAIN = error_reply(
+    "chain_broken", "an earlier command this one depends on was refused; nothing was saved"
+)
+
+
+def _break_chain(sub: Submission) -> None:
+    if sub.chain is not None:
+        sub.chain.broken = True
+
+
+def busy_reply(retry_after: float, why: str) -> bytes:
+    ms = max(1, round(retry_after * 1000))
+    return error_reply("busy", f"{why}; nothing was saved; retry in {ms} ms", retry_after_ms=ms)
 
 
 def _event_ref(event: Event) -> dict[str, Any]:
@@ -445,8 +494,11 @@ class CommandService:
     publisher: Publisher
     on_committed: Callable[[list[Notification]], None]
     max_bytes: int = 64 * 1024
+    intake: Intake | None = None  # None: clients' commands are never held
     executor: Executor = field(init=False)
-    _queue: list[Submission] = field(default_factory=list, init=False)
+    commits: int = field(default=0, init=False)  # batches saved (each one transaction)
+    _queue: list[Submission] = field(default_factory=list, init=False)  # clients'
+    _inside: list[Submission] = field(default_factory=list, init=False)  # the hub's own
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _closing: bool = field(default=False, init=False)
 
@@ -465,27 +517,54 @@ class CommandService:
                     reply_to, error_reply("unavailable", "the hub is shutting down; retry")
                 )
             return
+        busy = self.intake.busy(len(self._queue)) if self.intake is not None else None
+        if busy is not None:
+            if reply_to:
+                await self._reply(reply_to, busy_reply(*busy))
+            return
         self._queue.append(Submission(parsed, reply_to))
         self._wake.set()
 
     async def execute(self, command: Command) -> dict[str, Any]:
-        """Run a command from inside the hub (the admission process) in the next batch, as if
-        it had come over NATS, and return the reply."""
+        """Run a command from inside the hub (liveness, observations) in the next batch, as
+        if it had come over NATS, and return the reply."""
+        [reply] = await self.execute_all([command])
+        return reply
+
+    async def execute_all(
+        self, commands: list[Command], chain: Chain | None = None
+    ) -> list[dict[str, Any]]:
+        """Run commands from inside the hub together, in order, ahead of clients' commands
+        (as few group commits as the batch size allows), and return their replies. With a
+        `chain`, none applies after one is refused (see `Chain`)."""
         if self._closing:
             raise RuntimeError("the hub is shutting down")
-        answer = asyncio.get_running_loop().create_future()
-        self._queue.append(Submission(command, None, answer=answer))
+        loop = asyncio.get_running_loop()
+        subs = [Submission(c, None, answer=loop.create_future(), chain=chain) for c in commands]
+        self._inside += subs
         self._wake.set()
-        reply: dict[str, Any] = orjson.loads(await answer)
-        return reply
+        return [orjson.loads(await sub.answer) for sub in subs if sub.answer is not None]
 
     async def run(self) -> None:
         """Commit batches until closed, then finish whatever was already queued."""
         while not self._closing:
-            await self._wake.wait()
+            # while clients' commands are held, look again shortly: nothing wakes us for it
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HELD_POLL if self._queue else None):
+                    await self._wake.wait()
             self._wake.clear()
             await self._drain()
         await self._drain()
+
+    def _next_batch(self) -> list[Submission]:
+        """The hub's own commands first; clients' when the intake is open (or closing)."""
+        batch = self._inside[:MAX_BATCH]
+        del self._inside[:MAX_BATCH]
+        room = MAX_BATCH - len(batch)
+        if room and self._queue and (self._closing or self.intake is None or self.intake.open()):
+            batch += self._queue[:room]
+            del self._queue[:room]
+        return batch
 
     def close(self) -> None:
         """Refuse new commands; `run` returns once the queued ones are answered."""
@@ -493,13 +572,15 @@ class CommandService:
         self._wake.set()
 
     async def _drain(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        while batch := self._next_batch():
             try:
                 replies, notifications = await self.store.run(self.executor.execute, batch)
+                self.commits += 1
             except Exception:  # the store is unreachable: nothing in this batch was saved
                 log.exception("store failed; refusing a batch of %d commands", len(batch))
                 self.executor.cache.clear()
+                for sub in batch:
+                    _break_chain(sub)
                 replies, notifications = [_UNAVAILABLE] * len(batch), []
             if notifications:
                 self.on_committed(notifications)

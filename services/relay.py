@@ -4,7 +4,8 @@ The stream itself is the relay's persisted position: each message carries its st
 and the last message tells where to resume. Messages are appended with an expected last stream
 sequence, so the stream is always a gap-free prefix of the store. Committed batches are handed
 over in memory (no re-read of the store); the store is read only to resynchronise, to fill a gap
-(another writer's events) and when idle.
+(another writer's events), when idle, and when more was handed over than it keeps waiting in
+memory (`FED_LIMIT`: a stream that cannot keep up, or is down, costs no memory).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 READ_LIMIT = 1000
 PUBLISH_LIMIT = 1000
 IDLE_POLL = 1.0
+FED_LIMIT = 20_000  # records handed over and not published yet; beyond, read the store
 
 
 class StreamMismatch(Exception):
@@ -92,7 +94,10 @@ class Relay:
 
     def feed(self, notifications: list[Notification]) -> None:
         """Hand over a committed batch (called by the command service)."""
-        self._fed += notifications
+        if len(self._fed) + len(notifications) > FED_LIMIT:
+            self._fed = []  # the store has them: `_follow` reads them from there
+        else:
+            self._fed += notifications
         self._fed_upto = max(self._fed_upto, notifications[-1].id)
         self._wake.set()
 
@@ -161,12 +166,12 @@ class Relay:
             self._wake.clear()
             fed, self._fed = self._fed, []
             fresh = [n for n in fed if n.id > self.position]
-            if not fresh:
-                continue
-            if all(n.id == self.position + 1 + i for i, n in enumerate(fresh)):
+            if fresh and all(n.id == self.position + 1 + i for i, n in enumerate(fresh)):
                 await self._publish(fresh)
-            else:  # another writer's events lie in between: the store has the order
-                while await self._catch_up(stop=fresh[-1].id):
+            elif self.position < self._fed_upto:
+                # another writer's events lie in between, or what was handed over did not
+                # fit in memory: the store has the order
+                while await self._catch_up(stop=self._fed_upto):
                     pass
 
     async def _publish(self, notifications: list[Notification]) -> None:

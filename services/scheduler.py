@@ -3,13 +3,26 @@
 
 It runs in the hub that runs the relay, one per store, and reads what the relay publishes, in
 the stream's order, as the relay hands it over: no second consumer of the stream inside the hub,
-and events it does not fold are not even decoded. On start it folds the store up to where the
-relay has published, then decides once for every deployment and places every workload; from
-there it works after each event, recording each decision in the ledger before the next, so two
-deployments never both get the last free devices and two workloads never both count on the same
-room. An admission decision the hub refuses means the ledger and the deployments disagree: it
-starts over from the store. A placement the hub refuses (overtaken by a newer change to the
-workload, or the store unavailable) is tried again after the next events, or after a pause.
+and events it does not fold are not even decoded. What the relay hands over waits in a bounded
+buffer; when the scheduler falls further behind than that, the buffer is dropped and it reads
+the store in pages from its position until it has caught up (as it does on start).
+
+It works in passes: fold everything that arrived since the last pass, then decide once for each
+deployment those events concern, on the latest state, and send all the decisions together, so
+they land in as few group commits as the hub's batch size allows. A backlog therefore costs one
+decision per deployment, not one per event. Each decision is recorded in the ledger before the
+next is made, so two deployments never both get the last free devices; the hub applies a pass's
+decisions in order and refuses every one after a refused one (`Chain`), so none counts on
+devices that another decision failed to release. Placements of a pass are sent together too
+(each recorded before the next is computed, so two workloads never count on the same room),
+before the decisions for the deployments they created or rescaled; one the hub refuses (the
+workload changed meanwhile) is taken back from the ledger and tried again after the next
+events, or after a pause.
+
+A refused decision for a deployment deleted meanwhile changes nothing (its deletion released
+its grant; the ledger folds it soon). Any other refused decision means the ledger and the
+store disagree: it starts over from the store. An event it cannot fold, or a deployment it
+cannot decide for, is set aside with the reason and the rest flow on.
 """
 
 from __future__ import annotations
@@ -18,6 +31,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +43,7 @@ from domain import subjects
 from domain.admission import Decision, Ledger, Placement
 from domain.base import split_id
 from services.commands import Command, DecideAdmission, PlaceWorkload
+from services.hub import Chain
 from services.projector import READ_PAGE
 from services.relay import event_type
 
@@ -41,41 +56,82 @@ def event_subject(note: Notification) -> str:
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = 1.0  # seconds before a refused placement is tried again, if nothing happens
-DEAD_COMPONENT = "scheduler"
+BUFFER_LIMIT = 20_000  # records handed over and not folded yet; beyond, read the store
+CATCH_UP_LIMIT = 50_000  # records folded from the store before deciding, when far behind
+DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone: nothing to do
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
-Execute = Callable[[Command], Awaitable[dict[str, Any]]]
+ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
+SetAside = Callable[[str, str, bytes], None]  # (reason, subject, data)
 
 
 class Refused(Exception):
-    """The hub refused a decision."""
+    """The hub refused a decision: the ledger and the store disagree."""
+
+
+def log_aside(reason: str, subject: str, data: bytes) -> None:
+    log.error("scheduler: set aside %s: %s", subject, reason)
 
 
 class Scheduler:
     def __init__(
         self,
         read: Read,
-        execute: Execute,
+        execute: ExecuteAll,
         published_upto: Callable[[], Awaitable[int]],
-        dead_letters: DeadLetters | None = None,
+        set_aside: SetAside = log_aside,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
         has caught up with the store."""
         self._read, self._execute, self._published_upto = read, execute, published_upto
-        self.dead_letters = dead_letters if dead_letters is not None else DeadLetters(None)
-        self._arrived: asyncio.Queue[list[Notification]] = asyncio.Queue()
+        self._set_aside = set_aside
         self.ledger = Ledger()
+        # everything up to here is folded and decided for (health reads it)
+        self.position = 0
+        self.published_upto = 0  # the last record the relay handed over
+        self._buffer: deque[list[Notification]] = deque()
+        self._buffered = 0
+        self._from_store = True  # reading the store until caught up: at start, after overflow
+        self._arrived = asyncio.Event()
         self._retry: set[str] = set()  # workloads whose placement the hub refused
-        self.decisions = 0
-        self.placements = 0
+        self._wanted: dict[str, str | None] = {}  # deployments to decide for -> correlation
+        self._moved: dict[str, str | None] = {}  # workloads' last correlation id, to place
+        self.decisions = self.placements = self.passes = self.overflows = self.set_aside = 0
         # (originator id, version) of the events our decisions recorded: the ledger counted
         # them when deciding, and folding them when they come back, perhaps after later
         # decisions, would take it back in time
         self._own: set[tuple[str, int]] = set()
 
+    # -- what the relay hands over ---------------------------------------------------------
+
     def published(self, notifications: list[Notification]) -> None:
         """What the relay has just published (its `on_published`)."""
-        self._arrived.put_nowait(notifications)
+        if not notifications:
+            return
+        self.published_upto = max(self.published_upto, notifications[-1].id)
+        if not self._from_store:
+            if self._buffered + len(notifications) > BUFFER_LIMIT:
+                self._overflow()
+            else:
+                self._buffer.append(notifications)
+                self._buffered += len(notifications)
+        self._arrived.set()
+
+    def _overflow(self) -> None:
+        """Drop the buffer: the store has it all, in order, from our position on."""
+        self._buffer.clear()
+        self._buffered = 0
+        if not self._from_store:
+            self.overflows += 1
+        self._from_store = True
+
+    def _take(self) -> list[Notification]:
+        notes = [n for batch in self._buffer for n in batch if n.id > self.ledger.position]
+        self._buffer.clear()
+        self._buffered = 0
+        return notes
+
+    # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
         while True:
@@ -87,96 +143,178 @@ class Scheduler:
 
     async def _follow(self) -> None:
         self.ledger, self._own, self._retry = Ledger(), set(), set()
-        upto = await self._published_upto()
-        while notes := await self._read(self.ledger.position, READ_PAGE, upto):
-            for note in notes:
-                await self._fold_or_set_aside(note)
-            self.ledger.position = notes[-1].id
-        await self._work(self.ledger.oldest_first(self.ledger.deployments), None)
+        self._wanted, self._moved = {}, {}
+        self._overflow()
+        self.published_upto = max(self.published_upto, await self._published_upto())
+        while await self._catch_up():
+            pass
+        self._wanted = dict.fromkeys(self.ledger.oldest_first(self.ledger.deployments))
+        await self._work()
         while True:
-            try:  # refused placements are tried again after the next events, or a pause
-                async with asyncio.timeout(RETRY_AFTER if self._retry else None):
-                    notes = await self._arrived.get()
-            except TimeoutError:
-                notes = []
-            self.ledger.to_place.update(dict.fromkeys(self._retry))
-            self._retry.clear()
+            if self._from_store:
+                await self._catch_up()
+            elif notes := self._take():
+                self._fold_all(notes)
+            else:
+                await self._wait()
+            await self._work()
+
+    async def _catch_up(self) -> bool:
+        """Fold up to `CATCH_UP_LIMIT` records from the store; False once caught up with what
+        the relay has published (from then on, what it hands over is buffered)."""
+        folded = 0
+        while folded < CATCH_UP_LIMIT:
+            notes = await self._read(self.ledger.position, READ_PAGE, self.published_upto)
             if not notes:
-                await self._work([], None)
-            for note in notes:
-                await self._work(*await self._fold_or_set_aside(note))
+                self._from_store = False  # no await since the read: nothing handed over lost
+                return False
+            self._fold_all(notes)
+            folded += len(notes)
+        return True
 
-    async def _work(self, candidates: list[str], correlation_id: str | None) -> None:
-        """Admission decides first (what waits already goes before what placement adds), then
-        placement changes shares and admission decides for the deployments it touched."""
-        await self._decide(candidates, correlation_id)
-        while (placement := self.ledger.next_placement()) is not None:
-            await self._decide(await self._place(placement, correlation_id), correlation_id)
-
-    async def _fold_or_set_aside(self, note: Notification) -> tuple[list[str], str | None]:
-        """`_fold`, except that an event the ledger cannot fold (old history of a shape it
-        does not expect, a bug) is set aside and passed, rather than failing and being folded
-        again after every restart; what the ledger did with it before failing stays, as it
-        would on the next start from the store."""
+    async def _wait(self) -> None:
+        """Until something is handed over; refused placements are tried again after a pause."""
+        self._arrived.clear()
         try:
-            return self._fold(note)
-        except Exception as e:
-            self.ledger.position = max(self.ledger.position, note.id)
-            await self.dead_letters.set_aside(
-                DEAD_COMPONENT,
-                f"{type(e).__name__}: {e}"[:500],
-                event_subject(note),
-                bytes(note.state),
-                {"Wingsmith-Position": str(note.id), "topic": note.topic},
-                msg_id=str(note.id),
-            )
-            return [], None
+            async with asyncio.timeout(RETRY_AFTER if self._retry else None):
+                await self._arrived.wait()
+        except TimeoutError:
+            pass
 
-    def _fold(self, note: Notification) -> tuple[list[str], str | None]:
-        """Fold one stored record; the deployments to decide for and the correlation id their
-        decisions continue."""
+    # -- folding -----------------------------------------------------------------------------
+
+    def _fold_all(self, notes: list[Notification]) -> None:
+        for note in notes:
+            try:
+                self._fold(note)
+            except Exception as e:  # one event must not stop admission for everyone
+                self.ledger.position = max(self.ledger.position, note.id)
+                self._aside(f"cannot fold it: {type(e).__name__}: {e}", note)
+
+    def _fold(self, note: Notification) -> None:
+        """Fold one stored record; note the deployments to decide for and the workloads to
+        place, with the correlation id their decisions continue."""
         kind = event_type(note.topic)
         own = (str(note.originator_id), note.originator_version)
         if own in self._own or not self.ledger.folds(kind):
             self._own.discard(own)
             self.ledger.position = max(self.ledger.position, note.id)
-            return [], None
+            return
         e = orjson.loads(note.state)
-        _, aggregate_id = split_id(str(note.originator_id))
-        return self.ledger.apply(note.id, kind, aggregate_id, e), e["correlation_id"]
+        aggregate, aggregate_id = split_id(str(note.originator_id))
+        correlation_id = e["correlation_id"]
+        for deployment_id in self.ledger.apply(note.id, kind, aggregate_id, e):
+            self._wanted[deployment_id] = correlation_id
+        if aggregate == "workload":
+            self._moved[aggregate_id] = correlation_id
 
-    async def _decide(self, candidates: list[str], correlation_id: str | None) -> None:
-        for decision in self.ledger.decide_all(candidates):
-            await self._send(decision, correlation_id)
+    def _aside(self, reason: str, note: Notification) -> None:
+        self.set_aside += 1
+        subject = f"{note.originator_id}:{note.originator_version}@{note.id}"
+        self._set_aside(reason, subject, note.state)
 
-    async def _send(self, decision: Decision, correlation_id: str | None) -> None:
-        command_id = self._command_id("admission", decision)
-        if not await self._run(DecideAdmission.of(decision, command_id, correlation_id)):
-            raise Refused(f"{decision.deployment_id}: admission was refused")
-        self.decisions += 1
+    # -- deciding ----------------------------------------------------------------------------
 
-    async def _place(self, placement: Placement, correlation_id: str | None) -> list[str]:
-        """Ask the hub to change the workload's shares; the deployments to decide for. A
-        refused placement is tried again after the next events (see `_follow`)."""
-        command_id = self._command_id("placement", placement)
-        if not await self._run(PlaceWorkload.of(placement, command_id, correlation_id)):
-            self._retry.add(placement.workload_id)
-            return []
-        self.placements += 1
-        return self.ledger.record_placement(placement)
+    async def _work(self) -> None:
+        """One pass: decide for every deployment the folded events concern, place the
+        workloads that moved, send it all together; then decide for what placement changed."""
+        self.passes += 1
+        self.ledger.to_place.update(dict.fromkeys(self._retry))
+        self._retry.clear()
+        wanted, self._wanted = self._wanted, {}
+        decisions = self._decide(list(wanted))
+        placements = self._placements()
+        touched = await self._send(decisions, placements, wanted)
+        if touched:
+            await self._send(self._decide(list(touched)), [], touched)
+        self._moved.clear()  # a placement tried again continues no chain
+        self.position = self.ledger.position
+
+    def _decide(self, deployment_ids: list[str]) -> list[Decision]:
+        return self.ledger.decide_all(deployment_ids, on_error=self._undecidable)
+
+    def _undecidable(self, what: str, e: Exception) -> None:
+        self.set_aside += 1
+        reason = f"cannot decide for it: {type(e).__name__}: {e}"
+        self._set_aside(reason, what, orjson.dumps({"position": self.ledger.position}))
+
+    def _placements(self) -> list[tuple[Placement, list[str]]]:
+        """Every workload to place, each recorded before the next is looked at; with the
+        deployments to decide for once the hub has made it."""
+        made = []
+        to_place = self.ledger.to_place
+        while to_place:
+            workload_id = next(iter(to_place))
+            del to_place[workload_id]
+            try:
+                placement = self.ledger.place(workload_id)
+                if placement is not None:
+                    made.append((placement, self.ledger.record_placement(placement)))
+            except Exception as e:
+                self._undecidable(workload_id, e)
+        return made
+
+    async def _send(
+        self,
+        decisions: list[Decision],
+        placements: list[tuple[Placement, list[str]]],
+        correlations: dict[str, str | None],
+    ) -> dict[str, str | None]:
+        """Send decisions (in order, as a chain) and placements together; the deployments to
+        decide for after the placements the hub made, with their correlation ids."""
+        commands: list[Command] = [
+            DecideAdmission.of(
+                d, self._command_id("admission", d), correlations.get(d.deployment_id)
+            )
+            for d in decisions
+        ]
+        placing: list[Command] = [
+            PlaceWorkload.of(p, self._command_id("placement", p), self._moved.get(p.workload_id))
+            for p, _ in placements
+        ]
+        replies, placed = await asyncio.gather(
+            self._execute(commands, Chain(DELETED)) if commands else _nothing(),
+            self._execute(placing, None) if placing else _nothing(),
+        )
+        for decision, reply in zip(decisions, replies, strict=True):
+            self._decided(decision, reply)
+        touched: dict[str, str | None] = {}
+        for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
+            if self._ran(command, reply):
+                self.placements += 1
+            else:  # tried again after the next events (see `_wait`)
+                self._retry.add(placement.workload_id)
+                decide = self.ledger.undo_placement(placement)
+            touched |= dict.fromkeys(decide, command.correlation_id)
+        return touched
+
+    def _decided(self, decision: Decision, reply: dict[str, Any]) -> None:
+        if self._ran(None, reply):
+            self.decisions += 1
+            return
+        code = reply.get("error", {}).get("code")
+        if code in DELETED:  # deleted meanwhile: its deletion released the grant already
+            log.info("admission of deleted %s dropped", decision.deployment_id)
+            return
+        raise Refused(f"{decision.deployment_id}: admission was refused ({code})")
 
     def _command_id(self, kind: str, what: Decision | Placement) -> str:
         # the same decision at the same position (resent after a restart) is the same command
         digest = hashlib.sha256(orjson.dumps(dataclasses.astuple(what))).hexdigest()[:24]
         return f"{kind}-{self.ledger.position}-{digest}"
 
-    async def _run(self, command: Command) -> bool:
-        """Execute; remember the events it recorded, which the ledger has already counted."""
-        reply = await self._execute(command)
+    def _ran(self, command: Command | None, reply: dict[str, Any]) -> bool:
+        """Whether the hub made it; if so, remember the events it recorded, which the ledger
+        has already counted."""
         if not reply.get("ok"):
-            log.warning("%s refused: %s", command.subject, reply.get("error"))
+            if command is not None:
+                log.info("%s refused: %s", command.subject, reply.get("error"))
             return False
         if not reply.get("duplicate"):  # a duplicate's events came back long ago
             events = reply["result"]["events"]
             self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
         return True
+
+
+async def _nothing() -> list[dict[str, Any]]:
+    return []
