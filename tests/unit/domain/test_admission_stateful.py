@@ -50,6 +50,10 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     # -- the process manager, as it will run ------------------------------------------------
 
+    def settled(self) -> bool:
+        """Whether the ledger has folded every event (the invariants hold then)."""
+        return hasattr(self, "ledger")
+
     def feed(self, *aggregates: Aggregate) -> None:
         """Fold the aggregates' new events; decide for whoever they concern; place."""
         for event in [e for a in aggregates for e in a.collect_events()]:
@@ -278,7 +282,7 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @invariant()
     def ledger_matches_a_recount(self) -> None:
-        if not hasattr(self, "ledger"):
+        if not self.settled():
             return
         for d in self.deployments:
             slot = self.ledger.deployments[d.key]
@@ -293,7 +297,7 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @invariant()
     def placed_shares_add_up(self) -> None:
-        if not hasattr(self, "ledger"):
+        if not self.settled():
             return
         for w in self.live_workloads():
             shares = [d.desired_replicas for d in self.deployments if d.workload_id == w.key]
@@ -301,7 +305,7 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_deleted_deployment_holds_only_what_its_replicas_do(self) -> None:
-        if not hasattr(self, "ledger"):
+        if not self.settled():
             return
         for d in self.deployments:
             if d.deleted:
@@ -325,7 +329,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         """Liveness: a pending deployment that would fit is queued, and waits only behind an
         older one that waits for its cluster's capacity or for its project's quota and could
         ever get it."""
-        if not hasattr(self, "ledger"):
+        if not self.settled():
             return
         for d in self.deployments:
             would = self.ledger.decide(d.key)
@@ -346,3 +350,59 @@ AdmissionMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
 TestAdmission = AdmissionMachine.TestCase
+
+
+class PassMachine(AdmissionMachine):
+    """The same fleets, run as the scheduler runs under load: events pile up, then one pass
+    folds them all, decides once per deployment on the latest state, computes every placement
+    (each recorded before the next), has the hub make them, and decides for what they
+    changed. The same safety holds at every decision, and the ledger equals the recount after
+    every pass."""
+
+    @initialize(totals=st.tuples(st.integers(0, 12), st.integers(0, 12)))
+    def start(self, totals: tuple[int, int]) -> None:
+        self.waiting: list[Event] = []
+        self.passes = 0
+        super().start(totals)
+        self.run_pass()
+
+    def settled(self) -> bool:
+        return hasattr(self, "ledger") and not self.waiting
+
+    def feed(self, *aggregates: Aggregate) -> None:
+        self.waiting += [e for a in aggregates for e in a.collect_events()]
+
+    @rule()
+    def run_pass(self) -> None:
+        self.passes += 1
+        wanted: dict[str, None] = {}
+        events, self.waiting = self.waiting, []
+        for event in events:
+            self.position += 1
+            _, key = split_id(event.originator_id)
+            body = event.model_dump(mode="json")
+            wanted |= dict.fromkeys(
+                self.ledger.apply(self.position, type(event).__name__, key, body)
+            )
+        decisions = self.ledger.decide_all(wanted)
+        coalesced = [d.deployment_id for d in decisions if d.reason != "awaiting_admission"]
+        assert len(coalesced) == len(set(coalesced)), coalesced  # one decision per deployment
+        for decision in decisions:
+            self.check_and_record(decision)
+        placements = []
+        while self.ledger.to_place:
+            workload_id = next(iter(self.ledger.to_place))
+            del self.ledger.to_place[workload_id]
+            if (p := self.ledger.place(workload_id)) is not None:
+                placements.append((p, self.ledger.record_placement(p)))
+        touched: list[str] = []
+        for p, decide in placements:
+            place_workload(self, PlaceWorkload.of(p, "c", None), plane())
+            self.skip([self.workloads[p.workload_id], *self.deployments])
+            touched += decide
+        for decision in self.ledger.decide_all(touched):
+            self.check_and_record(decision)
+
+
+PassMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestAdmissionInPasses = PassMachine.TestCase

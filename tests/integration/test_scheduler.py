@@ -1,0 +1,145 @@
+"""The scheduler under load, in a running hub over a real nats-server: a pass's decisions land
+in one group commit, a backlog of changes to one deployment gets one decision, an event it
+cannot fold is set aside while admission goes on, and a hub that is behind answers `busy`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.client import Client
+
+from domain.base import Cause
+from domain.values import ServingConfig
+from domain.workload import Workload
+from services.bootstrap import Hub
+from services.commands import Command, DecideAdmission, ScaleWorkload
+from services.hub import Chain
+
+from .conftest import LLAMA, seed_deployment, send, send_until_answered, wait_for
+from .test_admission import decisions, events, inventory, workload_body
+
+
+async def admitted(nc: Client, deployment: str, devices: int) -> bool:
+    decided = await decisions(nc, deployment)
+    return bool(decided) and (decided[-1]["phase"], decided[-1]["devices"]) == (
+        "admitted",
+        devices,
+    )
+
+
+async def test_a_pass_of_decisions_lands_in_one_group_commit(hub: Hub, client: Client) -> None:
+    quota = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 100}
+    assert (await send_until_answered(client, "project.set_quota", quota))["ok"]
+    register = {"command_id": "c", "cluster_id": "east"}
+    assert (await send_until_answered(client, "cluster.register", register))["ok"]
+    for i in range(40):  # east has no devices yet: all wait for capacity
+        body = workload_body(i, replicas=1, cluster="east")
+        assert (await send_until_answered(client, "workload.create", body))["ok"]
+    deployments = [f"w{i}--east" for i in range(40)]
+
+    async def all_decided(phase: str) -> bool:
+        last = {
+            e["aggregate_id"]: e["event"]["phase"]
+            for e in await events(client)
+            if e["type"] == "AdmissionDecided"
+        }
+        return all(last.get(k) == phase for k in deployments)
+
+    await wait_for(lambda: all_decided("pending"), 30, "every deployment pending")
+    assert hub.scheduler is not None
+    commits = hub.commands.commits
+    await inventory(client, 64, "inv-64")  # one event: the 40 are decided in one pass
+    await wait_for(lambda: all_decided("admitted"), 30, "every deployment admitted")
+    assert hub.commands.commits - commits == 2  # the report, then all 40 decisions
+
+
+async def test_a_backlog_of_changes_to_a_deployment_gets_one_decision(
+    hub: Hub, client: Client
+) -> None:
+    deployment = await seed_deployment(client)  # 2 replicas, quota 8
+    await inventory(client, 8, "inv-8")
+    await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
+    before = len(await decisions(client, deployment))
+    scales: list[Command] = [
+        ScaleWorkload(command_id=f"scale-{n}", workload_id="llama", replicas=1 + n % 5)
+        for n in range(30)  # one commit: the scheduler folds them in one pass
+    ]
+    assert all(r["ok"] for r in await hub.commands.execute_all(scales))
+    await wait_for(lambda: admitted(client, deployment, 5), 20, "the grant for the last scale")
+    assert len(await decisions(client, deployment)) == before + 1
+
+
+async def test_an_event_the_scheduler_cannot_fold_is_set_aside_and_admission_goes_on(
+    hub: Hub, client: Client
+) -> None:
+    """A stored workload scaled that was never created (as another writer's bug would leave
+    it): the ledger cannot fold it; the deployment after it is decided all the same."""
+    plane = Cause(command_id="other", correlation_id="other", at=datetime.now(UTC))
+    stray = Workload.create(
+        plane,
+        "stray",
+        project="research",
+        device_class="H100",
+        serving=ServingConfig.model_validate(LLAMA),
+        replicas=1,
+        cluster_pin="east",
+    )
+    stray.scale(plane, 3)
+    scaled = stray.collect_events()[-1]
+    await hub.store.run(hub.store.store.save, [scaled])
+    assert hub.scheduler is not None
+    await wait_for(lambda: _true(hub.scheduler and hub.scheduler.set_aside == 1), 20, "set aside")
+
+    deployment = await seed_deployment(client)
+    await inventory(client, 8, "inv-8")
+    await wait_for(lambda: admitted(client, deployment, 2), 20, "the admission after it")
+
+
+async def _true(value: Any) -> bool:
+    return bool(value)
+
+
+async def test_a_refused_decision_stops_the_rest_of_its_chain(
+    plain_hub: Hub, client: Client
+) -> None:
+    deployment = await seed_deployment(client)
+
+    def decide(n: int, devices: int, reason: str | None) -> DecideAdmission:
+        return DecideAdmission(
+            command_id=f"d{n}",
+            deployment_id=deployment,
+            admitted=reason is None,
+            devices=devices,
+            reason=reason,
+            evidence={},
+        )
+
+    gone = DecideAdmission(
+        command_id="gone",
+        deployment_id="nobody--east",
+        admitted=True,
+        devices=1,
+        reason=None,
+        evidence={},
+    )
+    tolerant = Chain(frozenset({"not_found"}))
+    replies = await plain_hub.commands.execute_all([gone, decide(1, 2, None)], tolerant)
+    assert [r["ok"] for r in replies] == [False, True]  # a deleted one does not break it
+    bad = decide(2, 3, "insufficient_capacity")  # pending yet holding devices: refused
+    replies = await plain_hub.commands.execute_all([bad, decide(3, 1, None)], Chain())
+    assert [r.get("error", {}).get("code") for r in replies] == ["invalid_value", "chain_broken"]
+    assert [d["devices"] for d in await decisions(client, deployment)] == [2]
+
+
+async def test_a_client_finding_the_hub_behind_is_answered_busy_with_a_retry_hint(
+    hub: Hub, client: Client
+) -> None:
+    assert hub.commands.intake is not None
+    hub.commands.intake.max_waiting = 0  # as if the queue were full
+    body = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 8}
+    reply = await send(client, "project.set_quota", body)
+    assert reply["error"]["code"] == "busy"
+    assert reply["error"]["details"]["retry_after_ms"] > 0
+    hub.commands.intake.max_waiting = 4096
+    assert (await send(client, "project.set_quota", body))["ok"]
