@@ -32,8 +32,8 @@ import dataclasses
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -62,15 +62,24 @@ DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
-SetAside = Callable[[str, str, bytes], None]  # (reason, subject, data)
+
+
+class SetAside(Protocol):
+    """Where what cannot be folded or decided goes (adapters/dead_letters.py)."""
+
+    async def set_aside(
+        self,
+        component: str,
+        reason: str,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
+    ) -> None: ...
 
 
 class Refused(Exception):
     """The hub refused a decision: the ledger and the store disagree."""
-
-
-def log_aside(reason: str, subject: str, data: bytes) -> None:
-    log.error("scheduler: set aside %s: %s", subject, reason)
 
 
 class Scheduler:
@@ -79,12 +88,13 @@ class Scheduler:
         read: Read,
         execute: ExecuteAll,
         published_upto: Callable[[], Awaitable[int]],
-        set_aside: SetAside = log_aside,
+        dead_letters: SetAside,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
         has caught up with the store."""
         self._read, self._execute, self._published_upto = read, execute, published_upto
-        self._set_aside = set_aside
+        self._dead_letters = dead_letters
+        self._aside: list[tuple[str, str, bytes, str]] = []  # (reason, subject, data, msg_id)
         self.ledger = Ledger()
         # everything up to here is folded and decided for (health reads it)
         self.position = 0
@@ -189,7 +199,7 @@ class Scheduler:
                 self._fold(note)
             except Exception as e:  # one event must not stop admission for everyone
                 self.ledger.position = max(self.ledger.position, note.id)
-                self._aside(f"cannot fold it: {type(e).__name__}: {e}", note)
+                self._set_aside(f"cannot fold it: {type(e).__name__}: {e}", note)
 
     def _fold(self, note: Notification) -> None:
         """Fold one stored record; note the deployments to decide for and the workloads to
@@ -208,10 +218,17 @@ class Scheduler:
         if aggregate == "workload":
             self._moved[aggregate_id] = correlation_id
 
-    def _aside(self, reason: str, note: Notification) -> None:
+    def _set_aside(self, reason: str, note: Notification) -> None:
+        """Kept for the pass to hand to the dead letters (folding does not wait)."""
         self.set_aside += 1
-        subject = f"{note.originator_id}:{note.originator_version}@{note.id}"
-        self._set_aside(reason, subject, note.state)
+        event = f"{note.originator_id}:{note.originator_version}"
+        subject = f"{event} ({event_type(note.topic)} at store position {note.id})"
+        self._aside.append((reason, subject, note.state, event))
+
+    async def _hand_aside(self) -> None:
+        aside, self._aside = self._aside, []
+        for reason, subject, data, msg_id in aside:
+            await self._dead_letters.set_aside("scheduler", reason, subject, data, msg_id=msg_id)
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -219,6 +236,7 @@ class Scheduler:
         """One pass: decide for every deployment the folded events concern, place the
         workloads that moved, send it all together; then decide for what placement changed."""
         self.passes += 1
+        await self._hand_aside()
         self.ledger.to_place.update(dict.fromkeys(self._retry))
         self._retry.clear()
         wanted, self._wanted = self._wanted, {}
@@ -228,15 +246,19 @@ class Scheduler:
         if touched:
             await self._send(self._decide(list(touched)), [], touched)
         self._moved.clear()  # a placement tried again continues no chain
+        await self._hand_aside()
         self.position = self.ledger.position
 
     def _decide(self, deployment_ids: list[str]) -> list[Decision]:
         return self.ledger.decide_all(deployment_ids, on_error=self._undecidable)
 
     def _undecidable(self, what: str, e: Exception) -> None:
+        """A deployment (or workload) the ledger cannot decide for: set aside with where the
+        ledger was; decided again after its next event."""
         self.set_aside += 1
         reason = f"cannot decide for it: {type(e).__name__}: {e}"
-        self._set_aside(reason, what, orjson.dumps({"position": self.ledger.position}))
+        data = orjson.dumps({"id": what, "position": self.ledger.position})
+        self._aside.append((reason, what, data, f"{what}@{self.ledger.position}"))
 
     def _placements(self) -> list[tuple[Placement, list[str]]]:
         """Every workload to place, each recorded before the next is looked at; with the

@@ -9,6 +9,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from adapters.dead_letters import stored
 from domain.base import Cause
 from domain.values import ServingConfig
 from domain.workload import Workload
@@ -94,6 +95,7 @@ async def test_an_event_the_scheduler_cannot_fold_is_set_aside_and_admission_goe
     deployment = await seed_deployment(client)
     await inventory(client, 8, "inv-8")
     await wait_for(lambda: admitted(client, deployment, 2), 20, "the admission after it")
+    assert await stored(client) == {"scheduler": 1}  # on WINGSMITH_DEAD, with the reason
 
 
 async def _true(value: Any) -> bool:
