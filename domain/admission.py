@@ -1,10 +1,11 @@
 """Admission, with placement: which deployments may take devices, and which clusters a
-workload's replicas go to, decided one event at a time (pure). docs/scheduling.md has the rules.
+workload's replicas go to (pure). docs/scheduling.md has the rules.
 
 The ledger is a fold of the events that matter — quotas, inventories, reachability, workloads,
 deployments and the devices their replicas hold — and it decides for one deployment, or places
-one workload, at a time. Because the one process that runs it applies its own decisions before
-it decides again, two deployments can never both be given the last free devices.
+one workload, at a time, however many events were folded before (the scheduler folds a whole
+backlog, then decides once per deployment). Because it records each decision before it decides
+again, two deployments can never both be given the last free devices.
 
 What a deployment holds: what its admission granted, or what its replicas really hold when that
 is more. What it wants: its replicas' footprint, plus what replicas of a previous serving

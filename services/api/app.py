@@ -139,8 +139,8 @@ def _install_errors(app: FastAPI) -> None:
         extra = dict(headers or {})
         if problem.status == 401:
             extra["WWW-Authenticate"] = "Bearer"
-        if problem.status == 503:
-            extra["Retry-After"] = "1"
+        if problem.status == 503:  # the hub's hint, in whole seconds, or one second
+            extra["Retry-After"] = str(-(-int(problem.details.get("retry_after_ms", 1000)) // 1000))
         body = problem.body(request.url.path)
         return JSONResponse(body, problem.status, extra, media_type=PROBLEM_JSON)
 

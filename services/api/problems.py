@@ -36,6 +36,7 @@ STATUS: dict[str, int] = {
     "internal": 500,
     "conflict": 503,  # too many writers at once: nothing was stored; retry
     "unavailable": 503,
+    "busy": 503,  # the hub is behind: nothing was stored; retry after `retry_after_ms`
 }
 
 
