@@ -174,12 +174,14 @@ class Scheduler:
         the relay has published (from then on, what it hands over is buffered)."""
         folded = 0
         while folded < CATCH_UP_LIMIT:
-            notes = await self._read(self.ledger.position, READ_PAGE, self.published_upto)
-            if not notes:
-                self._from_store = False  # no await since the read: nothing handed over lost
+            upto = self.published_upto
+            notes = await self._read(self.ledger.position, READ_PAGE, upto)
+            if notes:
+                self._fold_all(notes)
+                folded += len(notes)
+            elif self.published_upto == upto:  # nothing handed over during the read was lost
+                self._from_store = False
                 return False
-            self._fold_all(notes)
-            folded += len(notes)
         return True
 
     async def _wait(self) -> None:

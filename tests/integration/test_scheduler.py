@@ -4,18 +4,32 @@ cannot fold is set aside while admission goes on, and a hub that is behind answe
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
 
-from adapters.dead_letters import stored
+from adapters import nats_bus
+from adapters.dead_letters import DeadLetters, stored
+from adapters.store import Notification, StoreThread, store_env
 from domain.base import Cause
+from domain.cluster import Node
 from domain.values import ServingConfig
 from domain.workload import Workload
 from services.bootstrap import Hub
-from services.commands import Command, DecideAdmission, ScaleWorkload
-from services.hub import Chain
+from services.commands import (
+    Command,
+    CreateWorkload,
+    DecideAdmission,
+    RegisterCluster,
+    ReportInventory,
+    ScaleWorkload,
+    SetQuota,
+)
+from services.hub import Chain, CommandService
+from services.scheduler import Scheduler
 
 from .conftest import LLAMA, seed_deployment, send, send_until_answered, wait_for
 from .test_admission import decisions, events, inventory, workload_body
@@ -145,3 +159,74 @@ async def test_a_client_finding_the_hub_behind_is_answered_busy_with_a_retry_hin
     assert reply["error"]["details"]["retry_after_ms"] > 0
     hub.commands.intake.max_waiting = 4096
     assert (await send(client, "project.set_quota", body))["ok"]
+
+
+class Replies:
+    """Where the command service answers clients: nobody here is one."""
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        raise AssertionError(f"no client to answer on {subject}")
+
+
+async def test_what_the_relay_hands_over_while_the_scheduler_reads_the_store_is_not_lost(
+    tmp_path: Path,
+) -> None:
+    """The scheduler catches up from the store; the relay hands over new records while that
+    read is under way. They must be folded all the same (read again), not dropped."""
+    store = await StoreThread.open(store_env(None, tmp_path))
+    handed: list[Notification] = []
+    commands = CommandService(store, Replies(), handed.extend)
+    running = asyncio.create_task(commands.run())
+    scheduler: Scheduler | None = None
+    seeded = False
+
+    async def read(after: int, limit: int, stop: int) -> list[Notification]:
+        nonlocal seeded
+        found = await store.run(store.store.read, after, limit, stop)
+        if not seeded:  # the commands commit and the relay hands them over during this read
+            seeded = True
+            await commands.execute_all(seed_commands())
+            assert scheduler is not None
+            scheduler.published(list(handed))
+        return found
+
+    async def upto() -> int:
+        return 0
+
+    scheduler = Scheduler(read, commands.execute_all, upto, DeadLetters(None))
+    following = asyncio.create_task(scheduler.run())
+    try:
+
+        async def decided() -> bool:
+            return scheduler is not None and scheduler.decisions == 1
+
+        await wait_for(decided, 10, "the deployment admitted")
+        slot = scheduler.ledger.deployments["llama--east"]
+        assert (slot.phase, slot.granted) == ("admitted", 2)
+    finally:
+        for task in (following, running):
+            await nats_bus.cancel_and_wait(task)
+        await store.close()
+
+
+def seed_commands() -> list[Command]:
+    return [
+        SetQuota(command_id="q", project="research", device_class="H100", devices=8),
+        RegisterCluster(command_id="c", cluster_id="east"),
+        ReportInventory(
+            command_id="i",
+            cluster_id="east",
+            nodes=[Node(node_id="n1", device_class="H100", devices=8)],
+        ),
+        CreateWorkload.model_validate(
+            {
+                "command_id": "w",
+                "workload_id": "llama",
+                "project": "research",
+                "device_class": "H100",
+                "serving": LLAMA,
+                "replicas": 2,
+                "cluster": "east",
+            }
+        ),
+    ]
