@@ -40,3 +40,11 @@ def test_the_api_limits_are_read() -> None:
 def test_a_bad_limit_names_its_variable(variable: str, value: str) -> None:
     with pytest.raises(ValueError, match=variable):
         Settings.from_env({variable: value})
+
+
+def test_the_intake_bound_has_a_default_is_read_and_refused_when_bad() -> None:
+    assert Settings.from_env({}).intake_max_lag == 0.25
+    assert Settings.from_env({"WINGSMITH_INTAKE_MAX_LAG": "1.5"}).intake_max_lag == 1.5
+    for bad in ("0", "later", "-2"):
+        with pytest.raises(ValueError, match="WINGSMITH_INTAKE_MAX_LAG"):
+            Settings.from_env({"WINGSMITH_INTAKE_MAX_LAG": bad})
