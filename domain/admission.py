@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -379,18 +379,24 @@ class Ledger:
         )
 
     def decide_all(
-        self, deployment_ids: Iterable[str], on_error: OnError | None = None
+        self,
+        deployment_ids: Iterable[str],
+        on_error: OnError | None = None,
+        skip: Container[str] = (),
     ) -> list[Decision]:
         """Decide in order, recording each decision before the next, each deployment once
         unless a decision of this call changes it again. A deployment that would take devices
         while an older one waits for capacity in its cluster, or for quota in its project,
         waits behind it. With `on_error`, a deployment whose decision raises is reported
-        there and the others are decided; the decisions recorded so far are kept."""
+        there and the others are decided; the decisions recorded so far are kept. Those in
+        `skip` are left as they are (their decisions were refused)."""
         decisions: list[Decision] = []
         queue = dict.fromkeys(deployment_ids)
         while queue:
             deployment_id = next(iter(queue))
             del queue[deployment_id]
+            if deployment_id in skip:
+                continue
             try:
                 decision, released = self._decide_one(deployment_id)
             except Exception as e:

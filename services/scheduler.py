@@ -21,8 +21,9 @@ events, or after a pause.
 
 A refused decision for a deployment deleted meanwhile changes nothing (its deletion released
 its grant; the ledger folds it soon). Any other refused decision means the ledger and the
-store disagree: it starts over from the store. An event it cannot fold, or a deployment it
-cannot decide for, is set aside with the reason and the rest flow on.
+store disagree: it starts over from the store, and leaves that deployment undecided until an
+event changes it (otherwise the same refusal would start it over for ever). An event it cannot
+fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ class Scheduler:
         self._retry: set[str] = set()  # workloads whose placement the hub refused
         self._wanted: dict[str, str | None] = {}  # deployments to decide for -> correlation
         self._moved: dict[str, str | None] = {}  # workloads' last correlation id, to place
+        # deployments whose decision the hub refused, with the position then: left undecided
+        # until an event after it concerns them (kept across starting over)
+        self.refused: dict[str, int] = {}
         self.decisions = self.placements = self.passes = self.overflows = self.set_aside = 0
         # (originator id, version) of the events our decisions recorded: the ledger counted
         # them when deciding, and folding them when they come back, perhaps after later
@@ -215,6 +219,8 @@ class Scheduler:
         e = orjson.loads(note.state)
         aggregate, aggregate_id = split_id(str(note.originator_id))
         correlation_id = e["correlation_id"]
+        if self.refused.get(aggregate_id, note.id) < note.id:  # changed since: decide again
+            del self.refused[aggregate_id]
         for deployment_id in self.ledger.apply(note.id, kind, aggregate_id, e):
             self._wanted[deployment_id] = correlation_id
         if aggregate == "workload":
@@ -252,7 +258,7 @@ class Scheduler:
         self.position = self.ledger.position
 
     def _decide(self, deployment_ids: list[str]) -> list[Decision]:
-        return self.ledger.decide_all(deployment_ids, on_error=self._undecidable)
+        return self.ledger.decide_all(deployment_ids, on_error=self._undecidable, skip=self.refused)
 
     def _undecidable(self, what: str, e: Exception) -> None:
         """A deployment (or workload) the ledger cannot decide for: set aside with where the
@@ -301,7 +307,7 @@ class Scheduler:
             self._execute(placing, None) if placing else _nothing(),
         )
         for decision, reply in zip(decisions, replies, strict=True):
-            self._decided(decision, reply)
+            await self._decided(decision, reply)
         touched: dict[str, str | None] = {}
         for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
             if self._ran(command, reply):
@@ -312,15 +318,26 @@ class Scheduler:
             touched |= dict.fromkeys(decide, command.correlation_id)
         return touched
 
-    def _decided(self, decision: Decision, reply: dict[str, Any]) -> None:
+    async def _decided(self, decision: Decision, reply: dict[str, Any]) -> None:
         if self._ran(None, reply):
             self.decisions += 1
             return
-        code = reply.get("error", {}).get("code")
-        if code in DELETED:  # deleted meanwhile: its deletion released the grant already
+        error = reply.get("error", {})
+        if error.get("code") in DELETED:  # deleted meanwhile: its deletion released the grant
             log.info("admission of deleted %s dropped", decision.deployment_id)
             return
-        raise Refused(f"{decision.deployment_id}: admission was refused ({code})")
+        self.refused[decision.deployment_id] = self.ledger.position
+        reason = f"the hub refused the decision: {error.get('code')}: {error.get('message')}"
+        self._aside.append(
+            (
+                reason,
+                decision.deployment_id,
+                orjson.dumps(decision),
+                f"{decision.deployment_id}@{self.ledger.position}",
+            )
+        )
+        await self._hand_aside()
+        raise Refused(f"{decision.deployment_id}: admission was refused ({error.get('code')})")
 
     def _command_id(self, kind: str, what: Decision | Placement) -> str:
         # the same decision at the same position (resent after a restart) is the same command

@@ -230,3 +230,71 @@ def seed_commands() -> list[Command]:
             }
         ),
     ]
+
+
+async def test_a_deployment_whose_decision_the_hub_refuses_waits_and_the_others_go_on(
+    tmp_path: Path,
+) -> None:
+    """The hub refuses every decision for one deployment (as it would if the ledger misread
+    it): that one is set aside and left undecided until it changes; the others are decided."""
+    store = await StoreThread.open(store_env(None, tmp_path))
+    commands = CommandService(store, Replies(), lambda notes: None)
+    running = asyncio.create_task(commands.run())
+    await commands.execute_all([*seed_commands(), create("other")])
+    refusing = True
+
+    async def execute(batch: list[Command], chain: Chain | None) -> list[dict[str, Any]]:
+        """The hub, except that it refuses decisions for llama while `refusing`."""
+        ids = [getattr(c, "deployment_id", None) for c in batch]
+        if refusing and "llama--east" in ids:
+            error = {"code": "invalid_value", "message": "refused here", "details": {}}
+            return [{"ok": False, "error": error} for _ in batch]
+        return await commands.execute_all(batch, chain)
+
+    async def read(after: int, limit: int, stop: int) -> list[Notification]:
+        return await store.run(store.store.read, after, limit, None)
+
+    async def upto() -> int:
+        return int(await store.run(store.store.last_position))
+
+    letters = DeadLetters(None)
+    scheduler = Scheduler(read, execute, upto, letters)
+    following = asyncio.create_task(scheduler.run())
+    try:
+
+        async def decided(deployment: str) -> bool:
+            slot = scheduler.ledger.deployments.get(deployment)
+            return slot is not None and slot.phase == "admitted"
+
+        async def the_other_admitted() -> bool:  # by the hub, after starting over
+            return scheduler.decisions == 1 and await decided("other--east")
+
+        await wait_for(the_other_admitted, 10, "the other deployment admitted")
+        assert "llama--east" in scheduler.refused and letters.counts["scheduler"] >= 1
+        assert scheduler.ledger.deployments["llama--east"].phase == "pending"
+
+        refusing = False  # the next change to llama is decided again
+        scale = ScaleWorkload(command_id="s", workload_id="llama", replicas=3)
+        notes = await store.run(store.store.read, 0, 1000, None)
+        await commands.execute_all([scale])
+        scheduler.published(await store.run(store.store.read, notes[-1].id, 1000, None))
+        await wait_for(lambda: decided("llama--east"), 10, "llama admitted once it changed")
+        assert scheduler.ledger.deployments["llama--east"].granted == 3
+    finally:
+        for task in (following, running):
+            await nats_bus.cancel_and_wait(task)
+        await store.close()
+
+
+def create(workload: str) -> Command:
+    return CreateWorkload.model_validate(
+        {
+            "command_id": f"w-{workload}",
+            "workload_id": workload,
+            "project": "research",
+            "device_class": "H100",
+            "serving": LLAMA,
+            "replicas": 2,
+            "cluster": "east",
+        }
+    )
