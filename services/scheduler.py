@@ -90,6 +90,7 @@ class Scheduler:
         execute: ExecuteAll,
         published_upto: Callable[[], Awaitable[int]],
         dead_letters: SetAside,
+        buffer_limit: int = BUFFER_LIMIT,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
         has caught up with the store."""
@@ -101,7 +102,7 @@ class Scheduler:
         self.position = 0
         self.published_upto = 0  # the last record the relay handed over
         self._buffer: deque[list[Notification]] = deque()
-        self._buffered = 0
+        self._buffered, self._buffer_limit = 0, buffer_limit
         self._from_store = True  # reading the store until caught up: at start, after overflow
         self._arrived = asyncio.Event()
         self._retry: set[str] = set()  # workloads whose placement the hub refused
@@ -124,7 +125,7 @@ class Scheduler:
             return
         self.published_upto = max(self.published_upto, notifications[-1].id)
         if not self._from_store:
-            if self._buffered + len(notifications) > BUFFER_LIMIT:
+            if self._buffered + len(notifications) > self._buffer_limit:
                 self._overflow()
             else:
                 self._buffer.append(notifications)

@@ -298,3 +298,30 @@ def create(workload: str) -> Command:
             "cluster": "east",
         }
     )
+
+
+async def test_more_than_the_buffer_holds_is_read_from_the_store(tmp_path: Path) -> None:
+    store = await StoreThread.open(store_env(None, tmp_path))
+    handed: list[Notification] = []
+    commands = CommandService(store, Replies(), handed.extend)
+    running = asyncio.create_task(commands.run())
+
+    async def read(after: int, limit: int, stop: int) -> list[Notification]:
+        return await store.run(store.store.read, after, limit, stop)
+
+    async def upto() -> int:
+        return 0
+
+    scheduler = Scheduler(read, commands.execute_all, upto, DeadLetters(None), buffer_limit=3)
+    following = asyncio.create_task(scheduler.run())
+    try:
+        await wait_for(lambda: _true(scheduler.passes), 10, "the first pass")
+        await commands.execute_all(seed_commands())
+        scheduler.published(handed)  # more records than the buffer takes: dropped
+        await wait_for(lambda: _true(scheduler.decisions == 1), 10, "the admission")
+        assert scheduler.overflows == 1
+        assert scheduler.ledger.deployments["llama--east"].granted == 2
+    finally:
+        for task in (following, running):
+            await nats_bus.cancel_and_wait(task)
+        await store.close()
