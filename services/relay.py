@@ -91,10 +91,11 @@ class Relay:
         self.synced = asyncio.Event()
         self.mismatch: str | None = None  # why the relay refuses to publish, if it does
         self._fed_upto = 0
+        self.fed_limit = FED_LIMIT
 
     def feed(self, notifications: list[Notification]) -> None:
         """Hand over a committed batch (called by the command service)."""
-        if len(self._fed) + len(notifications) > FED_LIMIT:
+        if len(self._fed) + len(notifications) > self.fed_limit:
             self._fed = []  # the store has them: `_follow` reads them from there
         else:
             self._fed += notifications

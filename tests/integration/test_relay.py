@@ -27,7 +27,9 @@ from .conftest import (
 COMMANDS = 1000
 
 
-async def _stream_of_commands(nc: Client, prefix: str, done: list[Any]) -> None:
+async def _stream_of_commands(
+    nc: Client, prefix: str, done: list[Any], count: int = COMMANDS
+) -> None:
     """Many clients, each resending its command until answered, on several aggregates."""
     semaphore = asyncio.Semaphore(16)
 
@@ -43,7 +45,7 @@ async def _stream_of_commands(nc: Client, prefix: str, done: list[Any]) -> None:
             # paced (at most ~300 a second) so the restarts land while the stream still runs
             await asyncio.sleep(0.05)
 
-    await asyncio.gather(*(one(i) for i in range(COMMANDS)))
+    await asyncio.gather(*(one(i) for i in range(count)))
 
 
 async def _assert_stream_matches_store(nc: Client, data_dir: Path) -> None:
@@ -154,3 +156,18 @@ async def test_a_stream_of_another_store_is_left_alone(
         await wait_for(refused, 10, "the relay to notice the stream is not its store's")
     assert "is not this store's event" in (hub.relay.mismatch or "")
     assert await stream_ids(client) == before
+
+
+async def test_more_than_the_relay_keeps_in_memory_is_read_from_the_store(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "hub"
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir)
+    async with running_hub(settings) as hub:
+        assert hub.relay is not None
+        hub.relay.fed_limit = 1  # every committed batch but the smallest is left in the store
+        await seed_deployment(client)
+        replies: list[Any] = []
+        await _stream_of_commands(client, "overflow", replies, count=200)
+        assert all(r["ok"] for r in replies)
+        await _assert_stream_matches_store(client, data_dir)
