@@ -23,10 +23,10 @@ from projections.fleet import PROJECTIONS
 from services.api.app import Tokens
 from services.api.protocol import HttpLimits
 from services.api.server import Serving, serving
+from services.backpressure import Backlog, Backpressure
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import Buckets, RateLimit, ingest
-from services.intake import Backlog, Intake
 from services.liveness import Liveness
 from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
@@ -94,20 +94,24 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
 
         dead_letters = DeadLetters(nc)
         relay: Relay | None = None
-        intake: Intake | None = None
+        backpressure: Backpressure | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
         if settings.relay:  # one hub per store runs the relay and the projector
             publisher = nats_bus.EventPublisher(nc)
             await publisher.start()
             stack.push_async_callback(publisher.close)
             relay = Relay(store, publisher)
-            intake = Intake(Backlog(), max_lag=settings.intake_max_lag)
-            on_committed = _both(relay.feed, intake.backlog.committed)
-            intake.backlog.handled = lambda: relay.position if relay else 0
+            backpressure = Backpressure(Backlog(), max_lag=settings.intake_max_lag)
+            on_committed = _both(relay.feed, backpressure.backlog.committed)
+            backpressure.backlog.handled = lambda: relay.position if relay else 0
             if settings.projector:
                 await stack.enter_async_context(projector_process(url, settings))
         commands = CommandService(
-            store, nats_bus.NatsPublisher(nc), on_committed, settings.max_command_bytes, intake
+            store,
+            nats_bus.NatsPublisher(nc),
+            on_committed,
+            settings.max_command_bytes,
+            backpressure,
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         if relay is not None:
@@ -117,8 +121,8 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         if relay is not None and settings.admission:
             scheduler = scheduler_process(store, relay, commands, dead_letters)
             relay.on_published = scheduler.published
-            if intake is not None:  # the scheduler follows the relay: its lag is the hub's
-                intake.backlog.handled = lambda: scheduler.position if scheduler else 0
+            if backpressure is not None:  # the scheduler follows the relay: its lag is the hub's
+                backpressure.backlog.handled = lambda: scheduler.position if scheduler else 0
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
             liveness = Liveness(
                 commands.execute,
@@ -284,8 +288,6 @@ async def _shut_down(
                 await relay.idle()
     if "relay" in tasks:
         await nats_bus.cancel_and_wait(tasks["relay"])
-
-
 
 
 def _ignore(_: object) -> None:

@@ -7,8 +7,8 @@ does any command in it get its reply. A conflict (another writer got there first
 the batch's commands on its own against fresh state; nothing is ever acknowledged unsaved.
 
 Commands from inside the hub (the scheduler's decisions, observations) go first. Clients'
-commands are held while the `Intake` says the hub is behind, and answered `busy` with a retry
-hint when too many wait or they have waited too long (services/intake.py): intake slows down
+commands are held while `Backpressure` says the hub is behind, and answered `busy` with a retry
+hint when too many wait or they have waited too long (services/backpressure.py): intake slows down
 instead of the hub's lag growing without bound.
 """
 
@@ -30,10 +30,10 @@ from pydantic import ValidationError
 from adapters.store import Conflict, EventStore, Notification, StoreThread
 from domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from domain.receipt import CommandReceipt
+from services.backpressure import Backpressure
 from services.commands import COMMANDS, Command, reserved_prefix
 from services.handlers import HANDLERS
 from services.wire import duplicate_key
-from services.intake import Intake
 
 log = logging.getLogger(__name__)
 
@@ -494,7 +494,7 @@ class CommandService:
     publisher: Publisher
     on_committed: Callable[[list[Notification]], None]
     max_bytes: int = 64 * 1024
-    intake: Intake | None = None  # None: clients' commands are never held
+    backpressure: Backpressure | None = None  # None: clients' commands are never held
     executor: Executor = field(init=False)
     commits: int = field(default=0, init=False)  # batches saved (each one transaction)
     _queue: list[Submission] = field(default_factory=list, init=False)  # clients'
@@ -517,7 +517,7 @@ class CommandService:
                     reply_to, error_reply("unavailable", "the hub is shutting down; retry")
                 )
             return
-        busy = self.intake.busy(len(self._queue)) if self.intake is not None else None
+        busy = self.backpressure.busy(len(self._queue)) if self.backpressure is not None else None
         if busy is not None:
             if reply_to:
                 await self._reply(reply_to, busy_reply(*busy))
@@ -561,7 +561,11 @@ class CommandService:
         batch = self._inside[:MAX_BATCH]
         del self._inside[:MAX_BATCH]
         room = MAX_BATCH - len(batch)
-        if room and self._queue and (self._closing or self.intake is None or self.intake.open()):
+        if (
+            room
+            and self._queue
+            and (self._closing or self.backpressure is None or self.backpressure.open())
+        ):
             batch += self._queue[:room]
             del self._queue[:room]
         return batch

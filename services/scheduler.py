@@ -38,7 +38,6 @@ from typing import Any, Protocol
 
 import orjson
 
-from adapters.dead_letters import DeadLetters
 from adapters.store import Notification
 from domain import subjects
 from domain.admission import Decision, Ledger, Placement

@@ -405,12 +405,12 @@ async def test_a_name_that_fits_several_things_is_a_conflict_listing_them(
 async def test_a_hub_that_is_behind_is_a_503_with_its_retry_hint(
     hub: Hub, api: httpx.AsyncClient
 ) -> None:
-    assert hub.commands.intake is not None
-    hub.commands.intake.max_waiting = 0  # as if 4,096 commands waited already
+    assert hub.commands.backpressure is not None
+    hub.commands.backpressure.max_waiting = 0  # as if 4,096 commands waited already
     response = await api.put("/v1/projects/search/quotas/H100", json={"devices": 8})
     assert response.status_code == 503, response.text
     problem = response.json()
     assert problem["code"] == "busy" and problem["retry_after_ms"] > 0
     assert int(response.headers["Retry-After"]) >= 1
-    hub.commands.intake.max_waiting = 4096
+    hub.commands.backpressure.max_waiting = 4096
     ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from adapters import nats_bus
+from adapters.dead_letters import stored
 from domain.base import split_id
 from services.bootstrap import Hub
 from services.commands import COMMANDS
@@ -362,11 +363,13 @@ async def pipeline(hub: Hub, client: Client) -> AsyncIterator[Pipeline]:
     }
     assert (await send_until_answered(client, "workload.create", workload))["ok"]
     yield Pipeline(hub, client)
-    # the examples did store what used to stop the pipeline: the property was not vacuous
+    # the examples reached the edge's refusals (the property was not vacuous), and nothing the
+    # edge let through holds a character that once stopped the pipeline (what got stored before
+    # the edge refused such values is test_poison.py's)
+    assert (await stored(client)).get("ingest", 0) > 0
     notes = await hub.store.run(hub.store.store.read, 0, 1_000_000)
     replicas = {split_id(str(n.originator_id))[1] for n in notes if n.topic.endswith("Started")}
-    assert any(" " in r or "\t" in r for r in replicas), replicas
-    assert any("\x0b" in r or "\x0c" in r for r in replicas), replicas
+    assert not any(set(r) & set(" \t\x0b\x0c") for r in replicas), replicas
 
 
 @settings(

@@ -151,13 +151,13 @@ async def test_a_refused_decision_stops_the_rest_of_its_chain(
 async def test_a_client_finding_the_hub_behind_is_answered_busy_with_a_retry_hint(
     hub: Hub, client: Client
 ) -> None:
-    assert hub.commands.intake is not None
-    hub.commands.intake.max_waiting = 0  # as if the queue were full
+    assert hub.commands.backpressure is not None
+    hub.commands.backpressure.max_waiting = 0  # as if the queue were full
     body = {"command_id": "q", "project": "research", "device_class": "H100", "devices": 8}
     reply = await send(client, "project.set_quota", body)
     assert reply["error"]["code"] == "busy"
     assert reply["error"]["details"]["retry_after_ms"] > 0
-    hub.commands.intake.max_waiting = 4096
+    hub.commands.backpressure.max_waiting = 4096
     assert (await send(client, "project.set_quota", body))["ok"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eventsourcing.persistence import Notification
 
-from services.intake import Backlog, Intake
+from services.backpressure import Backlog, Backpressure
 
 
 class Clock:
@@ -20,10 +20,10 @@ def batch(upto: int) -> list[Notification]:
     return [Notification(id=upto, originator_id="x", originator_version=1, topic="t", state=b"")]
 
 
-def intake(clock: Clock, handled: list[int]) -> Intake:
+def intake(clock: Clock, handled: list[int]) -> Backpressure:
     backlog = Backlog(clock)
     backlog.handled = lambda: handled[0]
-    return Intake(backlog, max_lag=0.5, max_waiting=10, busy_after=2.0)
+    return Backpressure(backlog, max_lag=0.5, max_waiting=10, busy_after=2.0)
 
 
 def test_the_backlog_is_the_age_of_the_oldest_batch_not_handled() -> None:

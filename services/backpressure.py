@@ -44,7 +44,7 @@ class Backlog:
 
 
 @dataclass
-class Intake:
+class Backpressure:
     """When clients' commands go in. `max_lag`: hold them while the backlog is older than this
     (seconds), until it is back under half; `max_waiting`: refuse beyond this many waiting;
     `busy_after`: refuse new ones once intake has been held this long."""
