@@ -27,6 +27,7 @@ from services.backpressure import Backlog, Backpressure
 from services.config import Settings
 from services.hub import CommandService
 from services.ingest import Buckets, RateLimit, ingest
+from services.janitor import hub_janitor
 from services.liveness import Liveness
 from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
@@ -139,6 +140,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
                 Buckets(RateLimit(settings.observation_rate, settings.observation_burst)),
             )
             tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
+        if relay is not None and settings.consumer_sweep:  # deletes readers' lasting consumers
+            janitor = hub_janitor(nc, settings.consumer_sweep)
+            tasks["consumer-sweep"] = await stack.enter_async_context(janitor.running())
         subscription = await nats_bus.subscribe_commands(nc, commands.submit)
         try:
             yield Hub(

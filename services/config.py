@@ -49,6 +49,16 @@ def _count(env: dict[str, str], variable: str, default: int) -> int:
     return int(text)
 
 
+def _sweep(env: dict[str, str]) -> float:
+    """WINGSMITH_CONSUMER_SWEEP: 0 turns the sweep off (docs/nats-security.md says what that
+    gives up); otherwise at least 0.1 s, so a sweep never runs back to back with the last."""
+    variable = "WINGSMITH_CONSUMER_SWEEP"
+    seconds = _number(env, variable, 5, 0, 3600)
+    if 0 < seconds < 0.1:
+        raise ValueError(f"{variable} must be 0 (off) or from 0.1 to 3600 seconds, not {seconds:g}")
+    return seconds
+
+
 TOKEN_NAME = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,31}$")
 
 
@@ -122,6 +132,7 @@ class Settings:
     api_header_timeout: float = 10.0  # seconds a client has to send a whole request head
     api_body_timeout: float = 15.0  # seconds a client has to send a whole body, after its head
     api_max_connections: int = 512  # open at once; more are answered 503
+    consumer_sweep: float = 5.0  # seconds between the hub's consumer sweeps; 0: none
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -163,6 +174,7 @@ class Settings:
             api_header_timeout=_number(env, "WINGSMITH_API_HEADER_TIMEOUT", 10, 0.1, 3600),
             api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 15, 0.1, 3600),
             api_max_connections=_count(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
+            consumer_sweep=_sweep(env),
         )
 
     @property

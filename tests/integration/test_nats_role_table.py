@@ -7,7 +7,9 @@ cluster's subjects). Each (role, action) pair is one test.
 A row passes only if the server decides as the table says: an allowed action is answered and
 its effect is visible to the hub; a forbidden one is reported as a permissions violation and
 its effect is absent. The hub is allowed everything, so the hub's row shows that each forbidden
-request would have worked (all but one, which JetStream itself declines for anyone)."""
+request would have worked (all but one, which JetStream itself declines for anyone). One
+allowed action, a reader's durable consumer under a name of its own, is undone by the hub's
+consumer sweep: its row checks that the sweep deletes it."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from adapters import nats_auth, nats_bus
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.nats_auth import HUB_CONSUMER, Credentials
 from adapters.nats_server import EmbeddedNatsServer
+from services.janitor import hub_janitor
 
 PASSWORDS = {
     "hub": "hub-pw",
@@ -249,6 +252,23 @@ def consumer_gone(stream: str, name: str) -> Effect:
     return effect
 
 
+def swept_away(stream: str, name: str) -> Effect:
+    """Whether the consumer was made, and the hub's consumer sweep (services/janitor.py) then
+    deleted it and left the control plane's own consumers in place."""
+
+    async def effect(w: World) -> bool:
+        if await w.consumer(stream, name) is None:
+            return False
+        janitor = hub_janitor(w.hub, every=1.0)
+        for _ in range(2):  # a stranger goes on its second sighting
+            await janitor.sweep()
+        kept = [(OBS, HUB_CONSUMER), (RENDER, "operator-east"), (RENDER, "operator-west")]
+        survivors = [await w.consumer(*consumer) for consumer in kept]
+        return await w.consumer(stream, name) is None and None not in survivors
+
+    return effect
+
+
 def pending(stream: str, name: str) -> Effect:
     """Whether someone took a message from the consumer (it now waits for its ack)."""
 
@@ -330,12 +350,12 @@ ACTIONS: dict[str, Action] = {
     "report-for-east": Action(
         HUB | {"operator-east"},
         send("wingsmith.obs.east.heartbeat", b"{}"),
-        stored(OBS, "wingsmith.obs.east.heartbeat"),
+        stored(OBS, "wingsmith.obs.east.heartbeat", 1),
     ),
     "report-for-west": Action(
         HUB | {"operator-west"},
         send("wingsmith.obs.west.heartbeat", b"{}"),
-        stored(OBS, "wingsmith.obs.west.heartbeat"),
+        stored(OBS, "wingsmith.obs.west.heartbeat", 1),
     ),
     # Subscribing (core NATS: it would see messages as they are published)
     "subscribe-to-commands": Action(HUB, listen("wingsmith.cmd.>", "wingsmith.cmd.probe")),
@@ -389,14 +409,14 @@ ACTIONS: dict[str, Action] = {
         consumer_exists(EVENTS, "rogue"),
     ),
     # Permissions see subjects, not bodies: a reader may name a consumer of its own durable.
-    # It cannot reach any other consumer (the rows below); docs/nats-security.md says more.
+    # It cannot reach any other consumer (the rows below), and the hub's sweep deletes it.
     "create-a-durable-of-its-own-name": Action(
         READERS,
         send(
             f"{JS}.CONSUMER.CREATE.{EVENTS}.own-durable.wingsmith.evt.>",
             _create({"durable_name": "own-durable", "filter_subject": "wingsmith.evt.>"}, EVENTS),
         ),
-        consumer_exists(EVENTS, "own-durable"),
+        swept_away(EVENTS, "own-durable"),
     ),
     "operator-creates-its-own-consumer": Action(
         HUB | {"operator-east"},
@@ -544,6 +564,8 @@ async def _furnish(w: World) -> None:
         "wingsmith.render.east.llama--east",
         "wingsmith.render.west.llama--west",
         "wingsmith.obs.east.replica",
+        "wingsmith.obs.east.heartbeat",  # both operators report: the hub keeps their consumers
+        "wingsmith.obs.west.heartbeat",
         "wingsmith.proj.fleet.east",
     ]:
         await js.publish(subject, b'{"seq": 1}')
