@@ -46,6 +46,7 @@ class ConsumerSeen:
     inactive_threshold: float | None  # seconds without interest before the server removes it
     filter: str  # its subject filter(s), for the log; "" when it has none
     created: datetime
+    push: bool = False  # it delivers to a subject of its own choosing (else clients pull)
 
 
 def _seen(stream: str, info: ConsumerInfo) -> ConsumerSeen:
@@ -58,6 +59,7 @@ def _seen(stream: str, info: ConsumerInfo) -> ConsumerSeen:
         inactive_threshold=config.inactive_threshold or None,
         filter=", ".join(filters),
         created=info.created or datetime.min,
+        push=bool(config.deliver_subject),
     )
 
 

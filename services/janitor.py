@@ -8,7 +8,7 @@ which permissions never see: a reader may create a durable consumer under a name
 for good. The hub therefore lists the consumers of every Wingsmith stream on start and every
 `WINGSMITH_CONSUMER_SWEEP` seconds, and deletes each one that lasts (durable, or ephemeral with
 an inactivity threshold above `MAX_EPHEMERAL_IDLE`) and is not the hub's observation consumer or
-the render consumer of a cluster whose operator reports.
+the render consumer of a cluster whose operator reports (a pull consumer, as both are made).
 
 Which clusters have operators comes from the server, not from a list the hub would have to be
 told: a heartbeat on `wingsmith.obs.<cluster>.heartbeat` can only have been published by that
@@ -60,6 +60,13 @@ def lasting(consumer: ConsumerSeen, max_idle: float = MAX_EPHEMERAL_IDLE) -> boo
     return consumer.durable or idle is None or idle > max_idle
 
 
+def _kept(consumer: ConsumerSeen, kept: frozenset[tuple[str, str]]) -> bool:
+    """The control plane's consumers are all pulled from. One of their names with a deliver
+    subject was recreated as a push consumer (an operator may do that to its own) to send its
+    messages elsewhere: deleted, the operator makes it again as it should be."""
+    return (consumer.stream, consumer.name) in kept and not consumer.push
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     delete: list[ConsumerSeen]  # strangers seen by the previous sweep too
@@ -74,9 +81,7 @@ def sweep_verdict(
 ) -> Verdict:
     """Which consumers to delete now, given what the previous sweep suspected."""
     kept = kept_durables(cluster_ids)
-    strangers = [
-        c for c in consumers if lasting(c, max_idle) and (c.stream, c.name) not in kept
-    ]
+    strangers = [c for c in consumers if lasting(c, max_idle) and not _kept(c, kept)]
     delete = [c for c in strangers if key(c) in suspects]
     return Verdict(delete, frozenset(map(key, strangers)))
 

@@ -198,3 +198,19 @@ async def test_a_ghost_operators_consumer_and_a_lingering_ephemeral_are_deleted(
     assert len(deleted) == 2
     assert any("'operator-ghost' on stream WINGSMITH_RENDER" in d for d in deleted)
     assert any("long-lived ephemeral consumer 'lingering'" in d for d in deleted)
+
+
+async def test_an_operators_consumer_made_a_push_consumer_is_deleted(world: World) -> None:
+    """West's operator user may recreate its own consumer as a push consumer delivering
+    elsewhere; the control plane's consumers are pulled from, so the sweep takes it away."""
+    west = await nats_bus.connect_operator(
+        world.server.url, "west", user="operator-west", password=PASSWORDS["operator-west"]
+    )
+    world.stack.push_async_callback(west.close)
+    await nats_bus.publish_observation(west, "west", "heartbeat", {"cluster_id": "west"}, "w-1")
+    pushed = nats_bus.render_consumer_config("west")
+    pushed.deliver_subject = "_INBOX_west.elsewhere"
+    await west.jetstream().add_consumer(RENDER, pushed)
+    await world.until_gone(RENDER, "operator-west")
+    (deleted,) = world.deletions()
+    assert "durable consumer 'operator-west' on stream WINGSMITH_RENDER" in deleted

@@ -32,8 +32,9 @@ def consumer(
     durable: bool = True,
     idle: float | None = None,
     created: datetime = T0,
+    push: bool = False,
 ) -> ConsumerSeen:
-    return ConsumerSeen(stream, name, durable, idle, "wingsmith.evt.>", created)
+    return ConsumerSeen(stream, name, durable, idle, "wingsmith.evt.>", created, push)
 
 
 HUBS = consumer(HUB_CONSUMER, OBS_STREAM)
@@ -85,6 +86,13 @@ def test_a_kept_name_on_another_stream_is_a_stranger(misplaced: ConsumerSeen) ->
     assert sweep_verdict([misplaced], {"east"}, first.suspects).delete == [misplaced]
 
 
+def test_an_operators_consumer_recreated_as_a_push_consumer_is_a_stranger() -> None:
+    """An operator may recreate its own consumer to deliver its messages to another subject."""
+    pushed = consumer("operator-east", RENDER_STREAM, push=True)
+    first = sweep_verdict([pushed], {"east"})
+    assert sweep_verdict([pushed], {"east"}, first.suspects).delete == [pushed]
+
+
 def test_a_consumer_recreated_between_sweeps_is_suspected_anew() -> None:
     first = sweep_verdict([ROGUE], set())
     recreated = consumer("own-durable", created=T0 + timedelta(seconds=3))
@@ -134,6 +142,7 @@ consumers = st.builds(
     durable=st.booleans(),
     idle=st.none() | st.floats(0.1, 1000),
     created=st.sampled_from([T0, T0 + timedelta(seconds=1)]),
+    push=st.booleans(),
 )
 
 
@@ -146,9 +155,10 @@ def test_the_sweep_deletes_only_lasting_strangers_seen_twice(
     kept = kept_durables(clusters)
     assert first.delete == []
     for c in second.delete:  # never the control plane's, never one that lapses on its own
-        assert (c.stream, c.name) not in kept
+        assert (c.stream, c.name) not in kept or c.push
         assert c.durable or c.inactive_threshold is None or c.inactive_threshold > 300
-    assert second.delete == [c for c in seen if lasting(c) and (c.stream, c.name) not in kept]
+    strangers = [c for c in seen if lasting(c) and ((c.stream, c.name) not in kept or c.push)]
+    assert second.delete == strangers
 
 
 class FakeAdmin:
