@@ -473,23 +473,72 @@ class SimulatedCluster:
             await self._report("discovery", payload)
 
     async def _report_replica(self, deployment_id: str, pod: Pod, state: str) -> None:
-        await self._send(
-            "replica",
-            {
-                "deployment_id": deployment_id,
-                "pod": pod.name,
-                "node_id": pod.node.node_id,
-                "device_ids": list(pod.device_ids),
-                "serving_digest": pod.digest,
-                "engine_version": pod.engine_version,
-                "state": state,
-            },
-        )
+        """Saved first, as a real cluster stores a pod before anyone can watch it: what was
+        reported outlives the operator's process."""
+        self._save()
+        await self._send("replica", _replica(deployment_id, pod) | {"state": state})
 
     async def _report_status(
         self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
     ) -> None:
-        pods = self.pods[deployment_id].values()
+        status = self._status(deployment_id, replicas, short=short, failed=failed)
+        digests = Counter(p.digest for p in self.pods[deployment_id].values())
+        await self._send(
+            "deployment",
+            {"deployment_id": deployment_id, "status": status, "live_digests": dict(digests)},
+        )
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every deployment the cluster was told of, with all its pods and its status, as of
+        one version: what a sync reports. The pods are the saved ones (every change is saved
+        before it is reported)."""
+        version = next(self._versions)
+        deployments = sorted((self.desired.keys() | self.pods.keys()) - set(self._foreign_keys()))
+        return [
+            {
+                "deployment_id": deployment_id,
+                "replicas": [
+                    _replica(deployment_id, p) | {"state": "ready" if p.ready else "not_ready"}
+                    for p in self.pods.get(deployment_id, {}).values()
+                ],
+                "status": self._status(
+                    deployment_id, self._wanted(deployment_id), short=self._short(deployment_id)
+                ),
+                "version": version,
+            }
+            for deployment_id in deployments
+        ]
+
+    def _foreign_keys(self) -> list[str]:
+        return [d for d in self.pods if d.startswith("dgd:")]
+
+    def _wanted(self, deployment_id: str) -> int:
+        """How many replicas the deployment should have here: what it asks for when the
+        cluster runs it, else (observed, read-only) what runs."""
+        want = self.desired.get(deployment_id)
+        if want is None:
+            return 0
+        if self.read_only or want.get("authority", "managed") != "managed":
+            return len(self.pods.get(deployment_id, {}))
+        return int(want["replicas"]) if want["enabled"] else 0
+
+    def _short(self, deployment_id: str) -> bool:
+        """Fewer pods of its serving configuration than it should have: no devices for more."""
+        want = self.desired.get(deployment_id)
+        if want is None or self.read_only or want.get("authority", "managed") != "managed":
+            return False
+        current = [
+            p
+            for p in self.pods.get(deployment_id, {}).values()
+            if p.digest == want["serving_digest"]
+        ]
+        return len(current) < self._wanted(deployment_id)
+
+    def _status(
+        self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
+    ) -> dict[str, Any]:
+        pods = self.pods.get(deployment_id, {}).values()
+        failed = failed or deployment_id in self.failing
         ready = sum(p.ready for p in pods)
         digests = Counter(p.digest for p in pods)
         message = None
@@ -502,14 +551,21 @@ class SimulatedCluster:
             phase, reason = "ready", None
         else:
             phase, reason = "progressing", "InsufficientDevices" if short else None
-        status = {
+        return {
             "phase": phase,
             "reason": reason,
             "message": message,
             "ready_replicas": ready,
             "desired_replicas": replicas,
         }
-        await self._send(
-            "deployment",
-            {"deployment_id": deployment_id, "status": status, "live_digests": dict(digests)},
-        )
+
+
+def _replica(deployment_id: str, pod: Pod) -> dict[str, Any]:
+    return {
+        "deployment_id": deployment_id,
+        "pod": pod.name,
+        "node_id": pod.node.node_id,
+        "device_ids": list(pod.device_ids),
+        "serving_digest": pod.digest,
+        "engine_version": pod.engine_version,
+    }

@@ -160,6 +160,7 @@ async def simulated_operators(
     ready_after: float = 1.0,
     heartbeat_every: float = 5.0,
     state_dir: Path | None = None,
+    sync_every: float = 60.0,
 ) -> AsyncIterator[dict[str, SimulatedCluster]]:
     """An operator on a simulated cluster for each entry, for as long as the block runs; with
     `state_dir`, the clusters' pods outlive it."""
@@ -175,7 +176,10 @@ async def simulated_operators(
     tasks = []
     for cluster_id, cluster in simulated.items():
         options = OperatorOptions(
-            cluster_id=cluster_id, simulated=True, heartbeat_every=heartbeat_every
+            cluster_id=cluster_id,
+            simulated=True,
+            heartbeat_every=heartbeat_every,
+            sync_every=sync_every,
         )
         tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
         tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))

@@ -261,7 +261,9 @@ async def _up(args: argparse.Namespace) -> int:
             clusters = dict(args.simulated)
             state_dir = settings.data_dir / "simulated"
             await stack.enter_async_context(
-                simulated_operators(hub.nc, clusters, state_dir=state_dir)
+                simulated_operators(
+                    hub.nc, clusters, state_dir=state_dir, sync_every=settings.operator_sync_every
+                )
             )
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
             print(f"simulated clusters: {names}", flush=True)
@@ -416,6 +418,7 @@ async def _operator(args: argparse.Namespace) -> int:
         cluster_id=args.cluster_id,
         read_only=settings.operator_read_only,
         simulated=bool(args.simulated),
+        sync_every=settings.operator_sync_every,
     )
     nc = await connect(settings, "wingsmith-operator", operator_of=args.cluster_id)
     try:

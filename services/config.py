@@ -125,6 +125,7 @@ class Settings:
     observation_burst: float = 5000.0  # ... and at once
     stream_max_bytes: dict[str, int] = field(default_factory=dict)  # stream -> size limit
     intake_max_lag: float = 0.25  # seconds the scheduler may be behind before clients wait
+    operator_sync_every: float = 60.0  # seconds between an operator's full reports (syncs)
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
@@ -150,6 +151,7 @@ class Settings:
             cluster_silence = 0.0
         if not 1 <= cluster_silence <= 86_400:
             raise ValueError("WINGSMITH_CLUSTER_SILENCE must be a number of seconds, 1 to 86400")
+        sync_every = _number(env, "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0, 0.1, 86_400)
         return cls(
             observation_rate=_positive(env, "WINGSMITH_OBS_RATE", 200.0, 1_000_000),
             observation_burst=_positive(env, "WINGSMITH_OBS_BURST", 5000.0, 10_000_000),
@@ -167,6 +169,7 @@ class Settings:
             stream_replicas=int(replicas),
             cluster_silence=cluster_silence,
             intake_max_lag=_number(env, "WINGSMITH_INTAKE_MAX_LAG", 0.25, 0.01, 3_600),
+            operator_sync_every=sync_every,
             nats_credentials=credentials_from_env(env),
             api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
             api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),

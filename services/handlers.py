@@ -6,6 +6,7 @@ commands against cached aggregates and save them all in one transaction.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -13,10 +14,17 @@ from pydantic import ValidationError
 
 from domain.base import Aggregate, AlreadyExists, Cause, DomainError, InvalidValue, NotFound
 from domain.cluster import Cluster
-from domain.deployment import AdmissionPhase, AdmissionReason, Authority, ClusterPhase, Deployment
+from domain.deployment import (
+    AdmissionPhase,
+    AdmissionReason,
+    Authority,
+    ClusterPhase,
+    Deployment,
+    DeploymentStatus,
+)
 from domain.discovery import Discovery, DiscoveryState, Sighting
 from domain.project import Project
-from domain.replica import Replica
+from domain.replica import Known, Replica, Roster, reconcile
 from domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode, is_name
 from domain.workload import Workload
 from services import commands as c
@@ -247,7 +255,7 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
     key = Replica.key_for(deployment.key, cmd.pod)
     replica = repo.get(Replica, key)
     if replica is None:
-        _check_devices(repo, cmd)
+        _check_devices(repo, cmd, cmd.cluster_id)
         replica = Replica.start(
             cause,
             deployment_id=deployment.key,
@@ -259,30 +267,30 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
             version=cmd.version,
         )
         repo.add(replica)
+        _roster(repo, deployment.key, cause).join(cause, cmd.pod)
     if not replica.terminated:  # a terminated replica stays terminated: later news is older
         if cmd.state == "ready":
             replica.mark_ready(cause, version=cmd.version)
         elif cmd.state == "not_ready":
             replica.mark_not_ready(cause, version=cmd.version)
         elif cmd.state == "terminated":
-            replica.terminate(cause)
-    if not replica.terminated and replica.device_ids:
-        _advance(deployment, cause, AdmissionPhase.PLACED)
-    if replica.ready and not replica.terminated:
-        _advance(deployment, cause, AdmissionPhase.RUNNING)
+            _terminate(repo, deployment.key, replica, cause)
+    _follow_replicas(deployment, [replica], cause)
     return {"replica_id": key, "admission_phase": deployment.admission_phase.value}
 
 
-def _check_devices(repo: Repository, cmd: c.ObserveReplica) -> None:
+def _check_devices(
+    repo: Repository, cmd: c.ObserveReplica | c.SyncedReplica, cluster_id: str
+) -> None:
     """A replica holds devices only on a node its cluster reported, no more than that node
     has, and (when the cluster named them) only devices of that node."""
     if not cmd.device_ids:
         return
-    cluster = _require(repo, Cluster, cmd.cluster_id, "cluster_id")
+    cluster = _require(repo, Cluster, cluster_id, "cluster_id")
     node = cluster.node(cmd.node_id)
     if node is None:
         raise InvalidValue(
-            f"node {cmd.node_id!r} is not in the inventory cluster {cmd.cluster_id!r} reported",
+            f"node {cmd.node_id!r} is not in the inventory cluster {cluster_id!r} reported",
             field="node_id",
         )
     if len(cmd.device_ids) > node.devices:
@@ -299,23 +307,117 @@ def _check_devices(repo: Repository, cmd: c.ObserveReplica) -> None:
         )
 
 
+def _roster(repo: Repository, deployment_id: str, cause: Cause) -> Roster:
+    roster = repo.get(Roster, deployment_id)
+    if roster is None:
+        roster = Roster.open(cause, deployment_id)
+        repo.add(roster)
+    return roster
+
+
+def _terminate(repo: Repository, deployment_id: str, replica: Replica, cause: Cause) -> None:
+    replica.terminate(cause)
+    roster = repo.get(Roster, deployment_id)
+    if roster is not None:
+        roster.leave(cause, replica.name)
+
+
+def _follow_replicas(deployment: Deployment, replicas: list[Replica], cause: Cause) -> None:
+    """The deployment's phase follows its replicas: placed once one holds devices, running
+    once one is ready."""
+    live = [r for r in replicas if not r.terminated]
+    if any(r.device_ids for r in live):
+        _advance(deployment, cause, AdmissionPhase.PLACED)
+    if any(r.ready for r in live):
+        _advance(deployment, cause, AdmissionPhase.RUNNING)
+
+
+def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str, Any]:
+    """Everything the cluster has of a deployment, against what the plane holds: replicas the
+    cluster no longer has are terminated, ones the plane missed are recorded, readiness is set
+    right; then the status and live digests are recorded as any report's. A sync that agrees
+    records nothing, and one older than the news the plane has undoes none of it."""
+    deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
+    roster = repo.get(Roster, deployment.key)
+    reported = {r.pod: r for r in cmd.replicas}
+    replicas: dict[str, Replica] = {}
+    for name in (roster.names if roster else set()) | reported.keys():
+        replica = repo.get(Replica, Replica.key_for(deployment.key, name))
+        if replica is not None:
+            replicas[name] = replica
+    known = {n: Known(r.ready, r.terminated, r.observed_version) for n, r in replicas.items()}
+    plan = reconcile(known, {n: r.state == "ready" for n, r in reported.items()}, cmd.version)
+    for name in plan.record:  # as a replica report's: devices only of nodes the cluster has
+        _check_devices(repo, reported[name], cmd.cluster_id)
+    for name in plan.terminate:
+        _terminate(repo, deployment.key, replicas[name], cause)
+    for name in plan.record:
+        replicas[name] = _record_replica(repo, deployment.key, reported[name], cmd.version, cause)
+    for name in plan.ready:
+        replicas[name].mark_ready(cause, version=cmd.version)
+    for name in plan.not_ready:
+        replicas[name].mark_not_ready(cause, version=cmd.version)
+    _follow_replicas(deployment, list(replicas.values()), cause)
+    # recorded only when they say something new: a sync that agrees records nothing
+    status = None if cmd.status is None else cmd.status.as_status()
+    if status is not None and status != deployment.status:
+        _record_status(deployment, cause, status, cmd.version)
+    digests = dict(Counter(r.serving_digest for r in cmd.replicas))
+    if digests != deployment.live_digests:
+        deployment.observe_live_digests(cause, digests, version=cmd.version)
+    return {
+        "deployment_id": deployment.key,
+        "terminated": list(plan.terminate),
+        "recorded": list(plan.record),
+        "admission_phase": deployment.admission_phase.value,
+    }
+
+
+def _record_replica(
+    repo: Repository, deployment_id: str, pod: c.SyncedReplica, version: int, cause: Cause
+) -> Replica:
+    replica = Replica.start(
+        cause,
+        deployment_id=deployment_id,
+        name=pod.pod,
+        node_id=pod.node_id,
+        device_ids=tuple(pod.device_ids),
+        serving_digest=pod.serving_digest,
+        engine_version=pod.engine_version,
+        version=version,
+    )
+    repo.add(replica)
+    _roster(repo, deployment_id, cause).join(cause, pod.pod)
+    if pod.state == "ready":
+        replica.mark_ready(cause, version=version)
+    return replica
+
+
 def observe_deployment(repo: Repository, cmd: c.ObserveDeployment, cause: Cause) -> dict[str, Any]:
     """The cluster's status of a deployment: recorded as it is, and a failure or a deployment
     with no ready replica left moves the admission phase. A report older than the last one
     recorded (by the cluster's `version`) changes nothing."""
     deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
-    status = cmd.status
-    if status is not None and deployment.observe_status(cause, status, version=cmd.version):
-        if status.phase is ClusterPhase.FAILED:
-            reason = status.reason or "Failed"
-            deployment.mark_failed(cause, reason, status.message or reason)
-        elif status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING:
-            deployment.mark_placed(cause)  # allocated, but nothing serves now
-        elif status.ready_replicas:
-            _advance(deployment, cause, AdmissionPhase.RUNNING)
+    if cmd.status is not None:
+        _record_status(deployment, cause, cmd.status, cmd.version)
     if cmd.live_digests is not None:
         deployment.observe_live_digests(cause, dict(cmd.live_digests), version=cmd.version)
     return {"deployment_id": deployment.key, "admission_phase": deployment.admission_phase.value}
+
+
+def _record_status(
+    deployment: Deployment, cause: Cause, status: DeploymentStatus, version: int
+) -> None:
+    """A failure, or a deployment with no ready replica left, moves the admission phase."""
+    if not deployment.observe_status(cause, status, version=version):
+        return
+    if status.phase is ClusterPhase.FAILED:
+        reason = status.reason or "Failed"
+        deployment.mark_failed(cause, reason, status.message or reason)
+    elif status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING:
+        deployment.mark_placed(cause)  # allocated, but nothing serves now
+    elif status.ready_replicas:
+        _advance(deployment, cause, AdmissionPhase.RUNNING)
 
 
 def observe_action(repo: Repository, cmd: c.ObserveAction, cause: Cause) -> dict[str, Any]:
@@ -520,6 +622,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.SetClusterReachability: set_cluster_reachability,
     c.ObserveReplica: observe_replica,
     c.ObserveDeployment: observe_deployment,
+    c.ObserveSync: observe_sync,
     c.ObserveHeartbeat: observe_heartbeat,
     c.ObserveAction: observe_action,
     c.ObserveDiscovery: observe_discovery,

@@ -45,6 +45,7 @@ KINDS: dict[str, type[c.Command]] = {
     "discovery": c.ObserveDiscovery,
     "heartbeat": c.ObserveHeartbeat,
     "action": c.ObserveAction,
+    "sync": c.ObserveSync,
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
 MAX_ATTEMPTS = 5  # deliveries of one observation whose handling fails before it is set aside

@@ -12,7 +12,10 @@ informers (list, then watch; reconnects and `410 Gone` relists are the adapter's
 - deployment status and live digests, from the DGD's status and its pods;
 - discoveries: every DGD Wingsmith did not render, as `inspect_dgd` reads it;
 - inventory: GPU nodes by `nvidia.com/gpu.product`, allocatable `nvidia.com/gpu` and a topology
-  label.
+  label;
+- syncs (`snapshot`, taken by the runtime on start and periodically): every deployment with all
+  its worker pods and its status, from the same caches, so the hub can set right a report it
+  lost.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class KubeBackend:
         self._by_label: dict[str, str] = {}
         self._by_adopted: dict[tuple[str, str], str] = {}
         self._live: dict[str, dict[tuple[str, str], str]] = {}  # deployment -> pod -> digest
+        self._pods_seen = 0  # the highest pod resourceVersion seen: what a sync is as of
 
     # -- desired state -------------------------------------------------------------------
 
@@ -228,6 +232,8 @@ class KubeBackend:
                 await self._report_inventory()
             return
         obj, gone = change.obj, change.type == "DELETED"
+        if cache == "pod":
+            self._pods_seen = max(self._pods_seen, _version(obj.get("metadata", {})))
         if gone:
             self._cache[cache].pop(_key(obj), None)
         else:
@@ -288,14 +294,29 @@ class KubeBackend:
 
     async def _on_pod(self, pod: Obj, gone: bool) -> None:
         deployment_id = self._deployment_of_pod(pod)
-        if deployment_id is None or not _is_worker(pod):
+        if deployment_id is None:
             return
+        payload = self._replica(deployment_id, pod, gone)
+        if payload is None:
+            return
+        meta = pod["metadata"]
+        await self._send(f"replica:{meta.get('uid') or meta['name']}", "replica", payload)
+        live = self._live.setdefault(deployment_id, {})
+        if payload["state"] == "terminated":
+            live.pop(_key(pod), None)
+        else:
+            live[_key(pod)] = payload["serving_digest"]
+        await self._report_live_digests(deployment_id)
+
+    def _replica(self, deployment_id: str, pod: Obj, gone: bool) -> Obj | None:
+        """A worker pod as a replica report; None for any other pod, or one not scheduled yet
+        (it holds no devices)."""
         spec, meta = pod.get("spec", {}), pod["metadata"]
         node = spec.get("nodeName")
-        if not node:
-            return  # not scheduled: it holds no devices yet
-        desired = self.desired.get(deployment_id, {})
-        payload = {
+        if not node or not _is_worker(pod):
+            return None
+        desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
+        return {
             "deployment_id": deployment_id,
             "pod": meta["name"],
             "node_id": node,
@@ -305,13 +326,44 @@ class KubeBackend:
             "state": _pod_state(pod, gone),
             "version": _version(meta),
         }
-        await self._send(f"replica:{meta.get('uid') or meta['name']}", "replica", payload)
-        live = self._live.setdefault(deployment_id, {})
-        if payload["state"] == "terminated":
-            live.pop(_key(pod), None)
-        else:
-            live[_key(pod)] = payload["serving_digest"]
-        await self._report_live_digests(deployment_id)
+
+    def snapshot(self) -> list[Obj] | None:
+        """Every deployment this operator was told of (removed ones too), with each worker pod
+        it has and the status its DynamoGraphDeployment says, as of the highest pod
+        resourceVersion seen: every pod change up to it is in the cache. None until the pods
+        have been listed."""
+        if "pod" not in self._synced:
+            return None
+        pods: dict[str, list[Obj]] = {d: [] for d in self.applied}
+        for pod in self._cache["pod"].values():
+            deployment_id = self._owner_of_pod(pod)
+            replica = None if deployment_id is None else self._replica(deployment_id, pod, False)
+            if deployment_id in pods and replica is not None and replica["state"] != "terminated":
+                del replica["deployment_id"], replica["version"]
+                pods[deployment_id].append(replica)
+        statuses = {}
+        if "dgd" in self._synced:
+            for dgd in self._cache["dgd"].values():
+                deployment_id = self._deployment_of_dgd(dgd)
+                if deployment_id is not None:
+                    statuses[deployment_id] = _status(dgd, self.desired.get(deployment_id))
+        return [
+            {
+                "deployment_id": deployment_id,
+                "replicas": sorted(replicas, key=lambda r: str(r["pod"])),
+                "status": statuses.get(deployment_id),
+                "version": self._pods_seen,
+            }
+            for deployment_id, replicas in sorted(pods.items())
+        ]
+
+    def _owner_of_pod(self, pod: Obj) -> str | None:
+        """The deployment a pod is of, whether or not it is still desired: a removed
+        deployment's pods still hold devices while they go."""
+        labels = pod.get("metadata", {}).get("labels") or {}
+        if LABEL_DEPLOYMENT in labels:
+            return self._by_label.get(labels[LABEL_DEPLOYMENT])
+        return self._deployment_of_pod(pod)
 
     async def _report_live_digests(self, deployment_id: str) -> None:
         digests = Counter(self._live.get(deployment_id, {}).values())

@@ -5,6 +5,13 @@ of every deployment on), hands each to the backend, publishes what the backend o
 `wingsmith.obs.<cluster>.<kind>`, and sends a heartbeat every few seconds so the hub knows the
 cluster is there. A render message is acknowledged once the backend has applied it; one it
 could not apply comes back later.
+
+What the backend observes goes up as changes (deltas). Any of them may be lost (the operator
+killed between a change and its report) or overtaken, so the runtime also syncs: on start, for
+each deployment once its desired state is applied, and every `sync_every` seconds after, it
+reports everything the backend has of every deployment (kind `sync`), and the hub sets right
+what it holds. A sync is taken and published under the same lock as every other report, so no
+report taken before it is published after it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,12 @@ class Backend(Protocol):
     async def observe(self, report: Report) -> None:
         """Report what the cluster runs, for as long as the operator runs."""
 
+    def snapshot(self) -> list[dict[str, Any]] | None:
+        """Everything the cluster has of each deployment the backend was told of (removed ones
+        too, while it still has something of them), as `sync` payloads; None while it cannot
+        tell the whole truth yet (say, before it has listed the cluster). Synchronous: it is
+        taken at one instant."""
+
 
 @dataclass(frozen=True)
 class OperatorOptions:
@@ -42,6 +55,7 @@ class OperatorOptions:
     read_only: bool = False
     simulated: bool = False
     heartbeat_every: float = 5.0
+    sync_every: float = 60.0  # seconds between full reports of every deployment (anti-entropy)
 
 
 @dataclass
@@ -80,8 +94,25 @@ class Reporter:
 
     def __init__(self, nc: nats_bus.Connection, cluster_id: str) -> None:
         self._nc, self._cluster_id = nc, cluster_id
+        self._order = asyncio.Lock()  # reports go out in the order they were taken
 
     async def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        async with self._order:
+            await self._publish(kind, payload)
+
+    async def sync(self, backend: Backend, only: str | None = None) -> int:
+        """Take the backend's snapshot and publish it (only `only`'s, if given) before any
+        report taken after it; returns how many deployments were synced (0: not ready yet)."""
+        async with self._order:
+            snapshot = backend.snapshot()
+            if snapshot is None:
+                return 0
+            payloads = [p for p in snapshot if only in (None, p["deployment_id"])]
+            for payload in payloads:
+                await self._publish("sync", payload)
+            return len(payloads)
+
+    async def _publish(self, kind: str, payload: dict[str, Any]) -> None:
         msg_id = f"{self._cluster_id}:{kind}:{uuid.uuid4().hex}"
         body = {"cluster_id": self._cluster_id} | payload
         await nats_bus.publish_observation(self._nc, self._cluster_id, kind, body, msg_id)
@@ -101,7 +132,8 @@ async def run_operator(
     parts = {
         "heartbeats": _heartbeats(report, options),
         "observe": lambda: backend.observe(report),
-        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend, counted),
+        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend, counted, report),
+        "sync": lambda: _syncs(report, backend, options.sync_every),
     }
     tasks = [
         asyncio.create_task(_forever(name, run, stopping), name=name) for name, run in parts.items()
@@ -150,13 +182,29 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
     return beat
 
 
+async def _syncs(report: Reporter, backend: Backend, every: float) -> None:
+    """A full sync as soon as the backend can tell the whole truth, then every `every`
+    seconds."""
+    while not await report.sync(backend):
+        await asyncio.sleep(min(every, 0.5))
+    while True:
+        await asyncio.sleep(every)
+        synced = await report.sync(backend)
+        log.debug("synced %d deployments", synced)
+
+
 async def _follow_desired(
-    nc: nats_bus.Connection, cluster_id: str, backend: Backend, counts: OperatorCounts
+    nc: nats_bus.Connection,
+    cluster_id: str,
+    backend: Backend,
+    counts: OperatorCounts,
+    report: Reporter,
 ) -> None:
     """Apply each deployment's desired state in the order the hub decided it: a message that
     comes back after a newer one for the same deployment was applied is old news. One the
     backend can never apply (it cannot be expressed) is logged and not tried again, and so is
-    one for another cluster, which is never handed to the backend."""
+    one for another cluster, which is never handed to the backend. The first time a deployment
+    is applied, it is synced: a start heals what the last run left untold."""
     applied: dict[str, int] = {}  # deployment id -> store position of the last one applied
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
@@ -185,5 +233,8 @@ async def _follow_desired(
                 log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
                 await delivery.retry(delay=2.0)
                 continue
+            first = deployment_id not in applied
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
+            if first:
+                await report.sync(backend, only=deployment_id)
