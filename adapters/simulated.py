@@ -360,10 +360,14 @@ class SimulatedCluster:
 
     async def _reconcile(self, deployment_id: str) -> None:
         want = self.desired.get(deployment_id)
-        if self.read_only or (want is not None and want.get("authority", "managed") != "managed"):
-            return  # read-only, or observed: nothing on the cluster changes
         if deployment_id.startswith("dgd:"):
             return  # a model run by hand: not the plane's
+        if self.read_only or (want is not None and want.get("authority", "managed") != "managed"):
+            # read-only, or observed: nothing on the cluster changes, but what runs there still
+            # does (a pod became ready) and is reported as it is
+            if want is not None and self.pods.get(deployment_id):
+                await self._report_status(deployment_id, self._wanted(deployment_id))
+            return
         pods = self.pods.setdefault(deployment_id, {})
         replicas = want["replicas"] if want and want["enabled"] else 0
         digest = want["serving_digest"] if want else None
@@ -476,7 +480,7 @@ class SimulatedCluster:
         """Saved first, as a real cluster stores a pod before anyone can watch it: what was
         reported outlives the operator's process."""
         self._save()
-        await self._send("replica", _replica(deployment_id, pod) | {"state": state})
+        await self._send("replica", {"deployment_id": deployment_id, **_pod(pod), "state": state})
 
     async def _report_status(
         self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
@@ -498,16 +502,24 @@ class SimulatedCluster:
             {
                 "deployment_id": deployment_id,
                 "replicas": [
-                    _replica(deployment_id, p) | {"state": "ready" if p.ready else "not_ready"}
+                    _pod(p) | {"state": "ready" if p.ready else "not_ready"}
                     for p in self.pods.get(deployment_id, {}).values()
                 ],
-                "status": self._status(
-                    deployment_id, self._wanted(deployment_id), short=self._short(deployment_id)
-                ),
+                "status": self._sync_status(deployment_id),
                 "version": version,
             }
             for deployment_id in deployments
         ]
+
+    def _sync_status(self, deployment_id: str) -> dict[str, Any] | None:
+        """What the last status report said, or would have: none where nothing runs and
+        nothing is to be run (removed, read-only, observed)."""
+        want = self.desired.get(deployment_id)
+        hands_off = want is None or self.read_only or want.get("authority", "managed") != "managed"
+        if hands_off and not self.pods.get(deployment_id):
+            return None
+        wanted = self._wanted(deployment_id)
+        return self._status(deployment_id, wanted, short=self._short(deployment_id))
 
     def _foreign_keys(self) -> list[str]:
         return [d for d in self.pods if d.startswith("dgd:")]
@@ -518,7 +530,7 @@ class SimulatedCluster:
         want = self.desired.get(deployment_id)
         if want is None:
             return 0
-        if self.read_only or want.get("authority", "managed") != "managed":
+        if want.get("authority", "managed") != "managed":
             return len(self.pods.get(deployment_id, {}))
         return int(want["replicas"]) if want["enabled"] else 0
 
@@ -560,9 +572,8 @@ class SimulatedCluster:
         }
 
 
-def _replica(deployment_id: str, pod: Pod) -> dict[str, Any]:
+def _pod(pod: Pod) -> dict[str, Any]:
     return {
-        "deployment_id": deployment_id,
         "pod": pod.name,
         "node_id": pod.node.node_id,
         "device_ids": list(pod.device_ids),
