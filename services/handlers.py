@@ -357,6 +357,9 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
         replicas[name].mark_ready(cause, version=cmd.version)
     for name in plan.not_ready:
         replicas[name].mark_not_ready(cause, version=cmd.version)
+    for name in reported.keys() - (roster.names if roster else set()) - set(plan.record):
+        if not replicas[name].terminated:  # live, yet recorded before rosters were kept
+            _roster(repo, deployment.key, cause).join(cause, name)
     _follow_replicas(deployment, list(replicas.values()), cause)
     # recorded only when they say something new: a sync that agrees records nothing
     status = None if cmd.status is None else cmd.status.as_status()

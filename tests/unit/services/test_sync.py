@@ -160,3 +160,12 @@ def test_too_many_replicas_are_refused() -> None:
     many = [pod(f"p{i}", device=f"GPU-{i}") for i in range(c.SYNC_MAX_REPLICAS + 1)]
     with pytest.raises(Refused, match="replicas"):
         parse("wingsmith.obs.east.sync", body(replicas=many), "east:sync:1")
+
+
+def test_a_replica_recorded_before_rosters_were_kept_joins_one_when_a_sync_names_it() -> None:
+    repo, _ = given_replicas(("chat-0", "ready", 3))
+    del repo.items[(Roster, "chat--east")]  # as a store written before rosters
+    observe_sync(repo, sync(pod("chat-0"), version=9), cluster())
+    assert live(repo) == {"chat-0"}
+    observe_sync(repo, sync(version=10), cluster())
+    assert repo.get(Replica, "chat--east--chat-0").terminated
