@@ -492,12 +492,17 @@ class SimulatedCluster:
             {"deployment_id": deployment_id, "status": status, "live_digests": dict(digests)},
         )
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """Every deployment the cluster was told of, with all its pods and its status, as of
-        one version: what a sync reports. The pods are the saved ones (every change is saved
-        before it is reported)."""
+    def snapshot(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Every deployment the cluster was told of (or `only` that one), with all its pods and
+        its status, as of one version: what a sync reports. The pods are the saved ones (every
+        change is saved before it is reported)."""
         version = next(self._versions)
-        deployments = sorted((self.desired.keys() | self.pods.keys()) - set(self._foreign_keys()))
+        # a removed deployment is synced while it has pods, or when asked for (its removal
+        # applied after a start): a plane that missed its last pods' ends hears it once more
+        told = self.desired.keys() | {d for d, pods in self.pods.items() if pods}
+        if only is not None:
+            told = {only} & (self.desired.keys() | self.pods.keys())
+        deployments = sorted(d for d in told if not d.startswith("dgd:"))
         return [
             {
                 "deployment_id": deployment_id,
@@ -520,9 +525,6 @@ class SimulatedCluster:
             return None
         wanted = self._wanted(deployment_id)
         return self._status(deployment_id, wanted, short=self._short(deployment_id))
-
-    def _foreign_keys(self) -> list[str]:
-        return [d for d in self.pods if d.startswith("dgd:")]
 
     def _wanted(self, deployment_id: str) -> int:
         """How many replicas the deployment should have here: what it asks for when the

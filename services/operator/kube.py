@@ -327,25 +327,30 @@ class KubeBackend:
             "version": _version(meta),
         }
 
-    def snapshot(self) -> list[Obj] | None:
-        """Every deployment this operator was told of (removed ones too), with each worker pod
-        it has and the status its DynamoGraphDeployment says, as of the highest pod
-        resourceVersion seen: every pod change up to it is in the cache. None until the pods
-        have been listed."""
+    def snapshot(self, only: str | None = None) -> list[Obj] | None:
+        """Every deployment this operator was told of (removed ones too), or `only` that one,
+        with each worker pod it has and the status its DynamoGraphDeployment says, as of the
+        highest pod resourceVersion seen: every pod change up to it is in the cache. None until
+        the pods have been listed."""
         if "pod" not in self._synced:
             return None
-        pods: dict[str, list[Obj]] = {d: [] for d in self.applied}
+        # a removed deployment is synced while it has pods, or when asked for (its removal
+        # applied after a start): a plane that missed its last pods' ends hears it once more
+        told = self.desired.keys() if only is None else {only} & self.applied.keys()
+        pods: dict[str, list[Obj]] = {d: [] for d in told}
         for pod in self._cache["pod"].values():
             deployment_id = self._owner_of_pod(pod)
-            replica = None if deployment_id is None else self._replica(deployment_id, pod, False)
-            if deployment_id in pods and replica is not None and replica["state"] != "terminated":
+            if deployment_id not in self.applied or only not in (None, deployment_id):
+                continue
+            replica = self._replica(deployment_id, pod, False)
+            if replica is not None and replica["state"] != "terminated":
                 del replica["deployment_id"], replica["version"]
-                pods[deployment_id].append(replica)
+                pods.setdefault(deployment_id, []).append(replica)
         statuses = {}
         if "dgd" in self._synced:
             for dgd in self._cache["dgd"].values():
                 deployment_id = self._deployment_of_dgd(dgd)
-                if deployment_id is not None:
+                if deployment_id in pods:
                     statuses[deployment_id] = _status(dgd, self.desired.get(deployment_id))
         return [
             {

@@ -42,11 +42,11 @@ class Backend(Protocol):
     async def observe(self, report: Report) -> None:
         """Report what the cluster runs, for as long as the operator runs."""
 
-    def snapshot(self) -> list[dict[str, Any]] | None:
+    def snapshot(self, only: str | None = None) -> list[dict[str, Any]] | None:
         """Everything the cluster has of each deployment the backend was told of (removed ones
-        too, while it still has something of them), as `sync` payloads; None while it cannot
-        tell the whole truth yet (say, before it has listed the cluster). Synchronous: it is
-        taken at one instant."""
+        too, while it still has something of them), or of `only` that one, as `sync` payloads;
+        None while it cannot tell the whole truth yet (say, before it has listed the cluster).
+        Synchronous: it is taken at one instant."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,12 @@ class Reporter:
         """Take the backend's snapshot and publish it (only `only`'s, if given) before any
         report taken after it; returns how many deployments were synced (0: not ready yet)."""
         async with self._order:
-            snapshot = backend.snapshot()
+            snapshot = backend.snapshot(only)
             if snapshot is None:
                 return 0
-            payloads = [p for p in snapshot if only in (None, p["deployment_id"])]
-            for payload in payloads:
+            for payload in snapshot:
                 await self._publish("sync", payload)
-            return len(payloads)
+            return len(snapshot)
 
     async def _publish(self, kind: str, payload: dict[str, Any]) -> None:
         msg_id = f"{self._cluster_id}:{kind}:{uuid.uuid4().hex}"
