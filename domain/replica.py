@@ -179,6 +179,10 @@ class RosterLeft(Event):
 
 # -- anti-entropy: a full report of a deployment's replicas against what the plane holds ------
 
+# The most replicas one sync may list: one deployment's pods on one cluster, in one report
+# within the reports' size limit (512 KiB at about 400 bytes a pod).
+SYNC_MAX_REPLICAS = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Known:

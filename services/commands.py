@@ -23,6 +23,7 @@ from domain.base import Writer
 from domain.cluster import Node, OperatorInfo
 from domain.deployment import DeploymentStatus
 from domain.discovery import Sighting
+from domain.replica import SYNC_MAX_REPLICAS
 from domain.values import (
     MAX_DEVICES_PER_NODE,
     DeploymentId,
@@ -267,41 +268,22 @@ class ObserveDeployment(Command):
     version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
 
 
-# A Kubernetes object name (a DNS subdomain): pod and node names become parts of replica ids
-KubeName = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", min_length=1, max_length=253),
-]
-# A device id as a device plugin gives it (a GPU UUID, or a stand-in): printable, no spaces
-DeviceId = Annotated[str, StringConstraints(pattern=r"^[!-~]+$", min_length=1, max_length=128)]
-SYNC_MAX_REPLICAS = 4096  # per deployment: a report far larger is not a real cluster's
-MAX_DEVICES_PER_REPLICA = 64  # on one node; no node holds more
-
-
 class SyncedReplica(BaseModel):
-    """One pod a cluster has for a deployment, in a sync."""
+    """One pod a cluster has for a deployment, in a sync: the fields of a replica report."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-    pod: KubeName
-    node_id: KubeName
-    device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_REPLICA)
-    serving_digest: str = Field(min_length=1, max_length=64, pattern=r"^[!-~]+$")
-    engine_version: str = Field(min_length=1, max_length=64, pattern=r"^[!-~]+$")
-    state: Literal["started", "ready", "not_ready"]
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    pod: PodName
+    node_id: NodeName
+    device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_NODE)
+    serving_digest: Token
+    engine_version: Annotated[str, *text(64, min_length=1)]
+    state: Literal["started", "ready", "not_ready"]  # one that is gone is not listed
 
-
-class SyncedStatus(BaseModel):
-    """A deployment's status in a sync; the same fields as any status report, strictly typed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-    phase: Literal["pending", "progressing", "ready", "failed", "unknown"]
-    reason: str | None = Field(default=None, max_length=256)
-    message: str | None = Field(default=None, max_length=4096)
-    ready_replicas: int = Field(ge=0, le=100_000)
-    desired_replicas: int = Field(ge=0, le=100_000)
-
-    def as_status(self) -> DeploymentStatus:
-        return DeploymentStatus.model_validate(self.model_dump())
+    @field_validator("device_ids")
+    @classmethod
+    def _devices_once_each(cls, device_ids: list[str]) -> list[str]:
+        once_each(device_ids)
+        return device_ids
 
 
 class ObserveSync(Command):
@@ -310,24 +292,20 @@ class ObserveSync(Command):
     periodically, so that a report lost or overtaken on the way heals: the hub terminates the
     replicas the cluster no longer has and records the ones it missed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     subject = "deployment.sync"
     writer = Writer.CLUSTER
     cluster_id: Name
     deployment_id: DeploymentRef
     replicas: list[SyncedReplica] = Field(max_length=SYNC_MAX_REPLICAS)
-    status: SyncedStatus | None = None
-    version: int = Field(ge=0, description="The cluster's ordering of this snapshot; 0: none")
+    status: DeploymentStatus | None = None
+    version: int = Field(ge=0, le=MAX_VERSION, description="The cluster's ordering; 0: none")
 
-    @model_validator(mode="after")
-    def _each_pod_and_device_once(self) -> ObserveSync:
-        pods = [r.pod for r in self.replicas]
-        if len(set(pods)) != len(pods):
-            raise ValueError("replicas: a pod is listed twice")
-        devices = [(r.node_id, d) for r in self.replicas for d in r.device_ids]
-        if len(set(devices)) != len(devices):
-            raise ValueError("replicas: a device is held by two replicas, or twice by one")
-        return self
+    @field_validator("replicas")
+    @classmethod
+    def _each_pod_and_device_once(cls, replicas: list[SyncedReplica]) -> list[SyncedReplica]:
+        once_each([r.pod for r in replicas])
+        once_each([f"{r.node_id}/{d}" for r in replicas for d in r.device_ids])  # a device: once
+        return replicas
 
 
 class ObserveAction(Command):

@@ -362,9 +362,8 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
             _roster(repo, deployment.key, cause).join(cause, name)
     _follow_replicas(deployment, list(replicas.values()), cause)
     # recorded only when they say something new: a sync that agrees records nothing
-    status = None if cmd.status is None else cmd.status.as_status()
-    if status is not None and status != deployment.status:
-        _record_status(deployment, cause, status, cmd.version)
+    if cmd.status is not None and cmd.status != deployment.status:
+        _record_status(deployment, cause, cmd.status, cmd.version)
     digests = dict(Counter(r.serving_digest for r in cmd.replicas))
     if digests != deployment.live_digests:
         deployment.observe_live_digests(cause, digests, version=cmd.version)

@@ -27,6 +27,7 @@ import orjson
 
 from adapters import nats_bus
 from domain import subjects
+from domain.replica import SYNC_MAX_REPLICAS
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,14 @@ class Reporter:
             if snapshot is None:
                 return 0
             for payload in snapshot:
+                if len(payload["replicas"]) > SYNC_MAX_REPLICAS:  # the hub would refuse it
+                    log.warning(
+                        "%s: %d pods, more than a sync may list (%d): not synced",
+                        payload["deployment_id"],
+                        len(payload["replicas"]),
+                        SYNC_MAX_REPLICAS,
+                    )
+                    continue
                 await self._publish("sync", payload)
             return len(snapshot)
 

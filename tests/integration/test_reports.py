@@ -52,6 +52,12 @@ REPLICA = {
     "version": 1,
 }
 
+SYNCED = {
+    k: REPLICA[k] for k in ("pod", "node_id", "device_ids", "serving_digest", "engine_version")
+}
+SYNCED["state"] = "ready"
+SYNC = {"cluster_id": "east", "deployment_id": "llama--east", "replicas": [SYNCED], "version": 2}
+
 
 @contextlib.asynccontextmanager
 async def hub_only(settings: Settings) -> AsyncIterator[Hub]:
@@ -100,6 +106,9 @@ BAD: list[tuple[str, dict[str, Any] | bytes, str]] = [  # kind, body, the reason
     ),
     ("inventory", {"cluster_id": "east", "nodes": [NODE] * 1000}, "nodes: 'gpu-1' is listed"),
     ("inventory", b'{"cluster_id": "east", "nodes": [], "nodes": []}', "nodes: key 'nodes'"),
+    ("sync", SYNC | {"replicas": [SYNCED | {"pod": "llama worker 0"}]}, "replicas.0.pod: 'llama"),
+    ("sync", SYNC | {"replicas": [SYNCED, SYNCED]}, "replicas: 'llama-worker-0' is listed"),
+    ("sync", SYNC | {"replicas": [SYNCED | {"node_id": "gpu-9"}]}, "node_id: node 'gpu-9' is not"),
 ]
 
 
@@ -132,10 +141,10 @@ async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
         assert hub.relay is not None
         await hub.relay.idle()
         after = read_store(settings.data_dir)
-        # only the good replica's report was stored: its replica and its receipt (the
-        # deployment, never admitted here, does not move)
+        # only the good replica's report was stored: its replica, its deployment's roster and
+        # its receipt (the deployment, never admitted here, does not move)
         added = sorted(n.topic.rpartition(".")[2].rpartition(":")[2] for n in after[len(before) :])
-        assert added == ["CommandHandled", "ReplicaStarted"], added
+        assert added == ["CommandHandled", "ReplicaStarted", "RosterJoined", "RosterOpened"], added
         # the event stream holds everything stored, in order: nothing stopped it
         assert await stream_ids(client) == published(after)
         kept = await dead_letters(client)

@@ -9,13 +9,14 @@ from typing import Any
 import orjson
 import pytest
 
+from domain.base import DomainError
 from domain.replica import Replica, Roster
 from services import commands as c
 from services.handlers import observe_replica, observe_sync
 from services.ingest import Refused, parse
 
 from ..domain.conftest import cluster, plane
-from .test_observe import Repo, admitted_deployment, replica, types
+from .test_observe import Repo, admitted_deployment, east, replica, types
 
 
 def pod(name: str, state: str = "ready", device: str = "GPU-0", **changes: Any) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def sync(*pods: dict[str, Any], version: int = 0, **changes: Any) -> c.ObserveSy
 def given_replicas(*states: tuple[str, str, int]) -> tuple[Repo, Any]:
     """A running deployment whose replicas (pod, state, version) the plane learnt by deltas."""
     d = admitted_deployment()
-    repo = Repo(d)
+    repo = Repo(east(), d)
     for i, (name, state, version) in enumerate(states):
         observe_replica(
             repo, replica(state, pod=name, device_ids=[f"GPU-{i}"], version=version), cluster()
@@ -68,6 +69,12 @@ def test_replicas_the_cluster_never_kept_are_terminated_and_missed_ones_recorded
     assert types(repo.get(Replica, "chat--east--chat-2")) == ["ReplicaStarted", "ReplicaReady"]
     assert repo.get(Replica, "chat--east--chat-2").device_ids == ("GPU-2",)
     assert types(repo.get(Roster, "chat--east")) == ["RosterLeft", "RosterJoined"]
+
+
+def test_a_missed_pod_on_a_node_the_cluster_never_reported_is_refused() -> None:
+    repo, _ = given_replicas(("chat-0", "ready", 3))
+    with pytest.raises(DomainError, match="node 'n9'"):
+        observe_sync(repo, sync(pod("chat-0"), pod("chat-9", node_id="n9", device="X")), cluster())
 
 
 def test_a_sync_that_agrees_records_nothing() -> None:
@@ -141,7 +148,8 @@ def test_a_sync_report_parses() -> None:
         ({"replicas": [pod("Chat-0")]}, "replicas.0.pod"),
         ({"replicas": [pod("chat-0", node_id="n\t1")]}, "replicas.0.node_id"),
         ({"replicas": [pod("chat-0", device_ids=["GPU 0"])]}, "replicas.0.device_ids.0"),
-        ({"replicas": [pod("chat-0", device_ids=["G"] * 65)]}, "replicas.0.device_ids"),
+        ({"replicas": [pod("chat-0", device_ids=[f"G{i}" for i in range(257)])]}, "device_ids"),
+        ({"replicas": [pod("chat-0", device_ids=["G", "G"])]}, "replicas.0.device_ids"),
         ({"replicas": [pod("chat-0", state="terminated")]}, "replicas.0.state"),
         ({"replicas": [pod("a"), pod("a", device="GPU-1")]}, "replicas"),
         ({"replicas": [pod("a"), pod("b")]}, "replicas"),  # one device in two replicas
