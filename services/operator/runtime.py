@@ -201,6 +201,14 @@ async def _syncs(report: Reporter, backend: Backend, every: float) -> None:
         log.debug("synced %d deployments", synced)
 
 
+async def _sync_one(report: Reporter, backend: Backend, deployment_id: str) -> None:
+    """A failed sync is the periodic one's to make up for: it never holds up desired state."""
+    try:
+        await report.sync(backend, only=deployment_id)
+    except Exception as e:
+        log.warning("%s: could not sync: %s: %s", deployment_id, type(e).__name__, e)
+
+
 async def _follow_desired(
     nc: nats_bus.Connection,
     cluster_id: str,
@@ -245,4 +253,4 @@ async def _follow_desired(
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
             if first:
-                await report.sync(backend, only=deployment_id)
+                await _sync_one(report, backend, deployment_id)
