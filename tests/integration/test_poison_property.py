@@ -94,6 +94,21 @@ REPORT_BODIES: dict[str, dict[str, Any]] = {
         "performed": False,
         "reason": "fuzz",
     },
+    "sync": {
+        "deployment_id": DEPLOYMENT,
+        "replicas": [
+            {
+                "pod": "llama-0",
+                "node_id": "n1",
+                "device_ids": ["gpu-0"],
+                "serving_digest": "svg_0",
+                "engine_version": "0.9.2",
+                "state": "started",
+            }
+        ],
+        "status": STATUS,
+        "version": 0,
+    },
 }
 
 
@@ -106,6 +121,7 @@ TEXT_FIELDS: dict[str, list[tuple[str | int, ...]]] = {
     "discovery": [("sighting", "components", 0, "name"), ("sighting", "model")],
     "heartbeat": [("operator", "instance"), ("operator", "version")],
     "action": [("name",), ("reason",)],
+    "sync": [("replicas", 0, "pod"), ("replicas", 0, "node_id"), ("replicas", 0, "device_ids", 0)],
     "cluster.register": [("region",), ("labels", "zone")],
     "cluster.report_inventory": [("nodes", 0, "node_id"), ("nodes", 0, "device_ids", 0)],
     "workload.create": [("engine_args", 0), ("serving", "model")],
