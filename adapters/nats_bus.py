@@ -201,11 +201,16 @@ class NoStorage(RuntimeError):
     """The server's disk budget cannot hold a stream's size limit."""
 
 
+VIEWS_DUPLICATE_WINDOW = 120.0  # seconds; only a second guard (see ViewPublisher)
+
+
 async def ensure_streams(
     nc: Client,
     replicas: int = 1,
     wait_for_peers: float = 60.0,
     max_bytes: Mapping[str, int] | None = None,
+    *,
+    views_duplicate_window: float = VIEWS_DUPLICATE_WINDOW,
 ) -> None:
     """Create the contract's streams, or bring existing ones to this configuration. A NATS
     cluster that is still forming has too few peers for replicated streams: ask again, for up to
@@ -216,6 +221,8 @@ async def ensure_streams(
     for config in STREAMS:
         size = sizes.get(config.name or "") or config.max_bytes
         config = dataclasses.replace(config, num_replicas=replicas, max_bytes=size)
+        if config.name == VIEWS_STREAM:
+            config = dataclasses.replace(config, duplicate_window=views_duplicate_window)
         while True:
             try:
                 await _add_or_update(js, config)
@@ -577,16 +584,67 @@ def _header_bytes(headers: dict[str, str]) -> int:
     return 12 + sum(len(k) + len(v.encode()) + 4 for k, v in headers.items())
 
 
+@dataclass
+class StreamEnd:
+    """What a stream holds of the projector's changes: its last sequence, the store position of
+    its last change, and the message ids of the changes at that position. Changes are sent in
+    position order, each expecting the previous one's sequence, so the stream holds a gap-free
+    prefix of them: everything below `position`, and at `position` exactly `ids`."""
+
+    seq: int = 0
+    position: int = 0
+    ids: set[str] = dataclasses.field(default_factory=set)
+
+    def holds(self, position: int, msg_id: str) -> bool:
+        return position < self.position or (position == self.position and msg_id in self.ids)
+
+    def append(self, position: int, msg_id: str) -> int:
+        """Count one more change on the stream; the sequence it must follow."""
+        if position != self.position:
+            self.position, self.ids = position, set()
+        self.ids.add(msg_id)
+        self.seq += 1
+        return self.seq - 1
+
+
+async def stream_end(js: JetStreamContext, stream: str) -> StreamEnd:
+    """Read the stream's last messages back to the first of the last store position."""
+    state = (await js.stream_info(stream)).state
+    end = StreamEnd(seq=state.last_seq)
+    for seq in range(state.last_seq, max(state.first_seq, 1) - 1, -1):
+        try:
+            msg = await js.get_msg(stream, seq=seq)
+        except NotFoundError:  # replaced by a later message of its subject (the render stream)
+            break
+        headers = msg.headers or {}
+        if not headers.get(POSITION_HEADER, "").isdigit():
+            continue  # not a projector's message
+        position = int(headers[POSITION_HEADER])
+        if end.ids and position != end.position:
+            break
+        end.position = position
+        end.ids.add(headers.get("Nats-Msg-Id", ""))
+    return end
+
+
 class ViewPublisher:
     """Publishes every view change on `wingsmith.proj.<projection>.<key>` (stream WINGSMITH_PROJ),
     the key's parts encoded as subject tokens (`domain/subjects.py`), keeps the latest value per
     key in the KV bucket `wingsmith_<projection>` (under the same encoded key), and the
     projector's progress in the bucket `wingsmith_projector`. Pipelined: call `flush` to wait for
-    every acknowledgement. Each message carries the store position of the event behind it."""
+    every acknowledgement. Each message carries the store position of the event behind it.
+
+    Every change is published at most once, whatever the time since it was first sent: `resume`
+    reads where each stream ends, a change the stream already holds is not sent again, and each
+    change sent must directly follow the one before it on its stream (a message lost in between
+    makes every later one refused, and `flush` fails: resume again). The stream's duplicate
+    window is only a second guard."""
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
         self._js = nc.jetstream(publish_async_max_pending=20_000)
+        self._ends: dict[str, StreamEnd] = {}
+        self._acks: list[asyncio.Future[Any]] = []
 
     async def start(self, projections: list[str], replicas: int = 1) -> None:
         for bucket in [*map(view_bucket, projections), PROGRESS_BUCKET]:
@@ -596,11 +654,25 @@ class ViewPublisher:
                 )
             )
 
+    async def resume(self) -> None:
+        """Learn where the projection and render streams end; call before the first change and
+        after any failure."""
+        self._acks = []
+        self._ends = {s: await stream_end(self._js, s) for s in (VIEWS_STREAM, RENDER_STREAM)}
+
     async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """One change of one view, on the projection stream (the render stream for `render`);
-        None: the view was removed. `Unpublishable` when NATS can never take it."""
-        _, prefix = view_stream(projection)
-        await self._publish(prefix, projection, key_subject(key), view, position)
+        None: the view was removed. A change the stream already holds is skipped;
+        `Unpublishable` when NATS can never take it."""
+        stream, prefix = view_stream(projection)
+        token = key_subject(key)
+        end = self._ends.get(stream)
+        if end is None:
+            raise RuntimeError("ViewPublisher.resume() must come before the first change")
+        if end.holds(position, f"{projection}:{token}:{position}"):
+            return
+        ack = await self._publish(prefix, projection, token, view, position, chain=end)
+        self._acks.append(ack)
 
     async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """The view's value now, in its KV bucket (the key encoded as in its subject)."""
@@ -616,12 +688,14 @@ class ViewPublisher:
         position: int,
         *,
         kv: bool = False,
-    ) -> None:
-        """Publish under `<prefix>.<token>`, `token` being the view's key as subject tokens."""
-        headers = {
-            "Nats-Msg-Id": f"{projection}:{token}:{position}",
-            POSITION_HEADER: str(position),
-        }
+        chain: StreamEnd | None = None,
+    ) -> asyncio.Future[Any]:
+        """Publish under `<prefix>.<token>`, `token` being the view's key as subject tokens;
+        with `chain`, as the next message of that stream. The acknowledgement to come."""
+        msg_id = f"{projection}:{token}:{position}"
+        headers = {"Nats-Msg-Id": msg_id, POSITION_HEADER: str(position)}
+        if chain is not None:
+            headers["Nats-Expected-Last-Sequence"] = str(chain.seq)
         if view is None:
             headers.update({"KV-Operation": "DEL"} if kv else {DELETED_HEADER: "true"})
         payload = view or b""
@@ -630,20 +704,34 @@ class ViewPublisher:
             raise Unpublishable(
                 f"{len(payload)} bytes: more than the server's max_payload {self._nc.max_payload}"
             )
-        await self._js.publish_async(f"{prefix}.{token}", payload, headers=headers)
+        if chain is not None:  # only once it is sure to be sent: the chain counts it
+            chain.append(position, msg_id)
+        return await self._js.publish_async(f"{prefix}.{token}", payload, headers=headers)
 
     async def progress(self, progress: dict[str, Any]) -> None:
         await self._js.publish_async(f"$KV.{PROGRESS_BUCKET}.position", orjson.dumps(progress))
 
     async def flush(self, timeout: float = 5.0) -> None:
-        """Wait for every acknowledgement. Acks lost to a server restart never come: after a
-        timeout, start a fresh context (nats-py would wait on the lost ones forever)."""
+        """Wait for every acknowledgement; `PublishFailed` if a change was refused or an
+        acknowledgement did not come. Acks lost to a server restart never come, nor does the
+        refusal of a message that breaks the chain (nats-py fails to decode it): after a
+        timeout, start a fresh context (nats-py would wait on the missing ones forever)."""
         try:
             async with asyncio.timeout(timeout):
                 await self._js.publish_async_completed()
         except TimeoutError:
             self._js = self._nc.jetstream(publish_async_max_pending=20_000)
-            raise
+            raise PublishFailed(
+                f"views: acknowledgements missing after {timeout:g}s (refused or lost)"
+            ) from None
+        acks, self._acks = self._acks, []
+        refused = [a.exception() for a in acks if a.exception() is not None]
+        duplicates = sum(1 for a in acks if a.exception() is None and a.result().duplicate)
+        if refused or duplicates:
+            raise PublishFailed(
+                f"{len(refused)} view changes refused ({refused[0] if refused else ''}), "
+                f"{duplicates} duplicates; resume from where the streams end"
+            )
 
 
 async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, bytes | None]]:

@@ -33,6 +33,7 @@ from domain.base import Aggregate, Event, replay
 __all__ = [
     "Conflict",
     "EventStore",
+    "NotWritable",
     "Notification",
     "StoreThread",
     "postgres_connection",
@@ -137,6 +138,11 @@ class Conflict(Exception):
     """Another writer stored one of these aggregate versions first; nothing was saved."""
 
 
+class NotWritable(RuntimeError):
+    """The store refuses writes: a read-only file or directory, a read-only database user or
+    server, a full disk."""
+
+
 class _Wingsmith(Application[str]):
     name = "Wingsmith"
 
@@ -176,6 +182,25 @@ class EventStore:
 
     def last_position(self) -> int:
         return self._recorder.max_notification_id() or 0
+
+    def probe_write(self) -> None:
+        """Write and commit one row of a table of its own (`wingsmith_probe`), the way every
+        command's events are written; `NotWritable` says why not. Opening a SQLite file that
+        cannot be written succeeds, and so do reads: only a write tells."""
+        datastore: Any = self._recorder.datastore  # type: ignore[attr-defined]
+        schema = getattr(datastore, "schema", None)  # PostgreSQL: the store's own schema
+        table = f'"{schema}".wingsmith_probe' if schema else "wingsmith_probe"
+        try:
+            with datastore.transaction(commit=True) as cursor:
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, at TEXT)"
+                )
+                cursor.execute(
+                    f"INSERT INTO {table} VALUES (1, CAST(CURRENT_TIMESTAMP AS TEXT)) "
+                    "ON CONFLICT (id) DO UPDATE SET at = excluded.at"
+                )
+        except Exception as e:
+            raise NotWritable(str(e) or type(e).__name__) from e
 
     def close(self) -> None:
         self._app.close()

@@ -1,4 +1,5 @@
-"""The one place that wires the hub together: nats-server, store, command service, relay."""
+"""The one place that wires the hub together: nats-server, store, command service, relay,
+scheduler, the supervised projector process and the health monitor."""
 
 from __future__ import annotations
 
@@ -7,24 +8,27 @@ import contextlib
 import logging
 import os
 import secrets
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
 from adapters.dead_letters import DeadLetters
+from adapters.dead_letters import stored as dead_letters_stored
 from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
-from adapters.nats_server import EmbeddedNatsServer, die_with_parent
+from adapters.nats_server import EmbeddedNatsServer
 from adapters.simulated import SimNode, SimulatedCluster
-from adapters.store import Notification, StoreThread, store_env
+from adapters.store import Notification, NotWritable, StoreThread, store_env
 from projections.fleet import PROJECTIONS
 from services.api.app import Tokens
 from services.api.protocol import HttpLimits
 from services.api.server import Serving, serving
 from services.backpressure import Backlog, Backpressure
 from services.config import Settings
+from services.health import HEALTH_SUBJECT, HealthMonitor, Stages
 from services.hub import CommandService
 from services.ingest import Buckets, RateLimit, ingest
 from services.janitor import hub_janitor
@@ -33,6 +37,7 @@ from services.operator.runtime import OperatorOptions, run_operator
 from services.projector import Projector
 from services.relay import Relay
 from services.scheduler import Scheduler
+from services.supervisor import Supervisor, python_module
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ class Hub:
     store: StoreThread
     commands: CommandService
     relay: Relay | None
+    projector: Supervisor | None
+    health: HealthMonitor
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
     # what the hub's stages (scheduler, observation intake) set aside; the projector, in its
     # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
@@ -86,16 +93,14 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
         nc = await connect(settings, "wingsmith-hub", url)
         stack.push_async_callback(nc.close)
-        await nats_bus.ensure_streams(
-            nc, settings.stream_replicas, max_bytes=settings.stream_max_bytes
-        )
-        env = store_env(settings.store_url, settings.data_dir)
-        store = await StoreThread.open(env)
+        await _ensure_streams(nc, settings)
+        store = await open_writable_store(settings)
         stack.push_async_callback(store.close)
 
         dead_letters = DeadLetters(nc)
         relay: Relay | None = None
         backpressure: Backpressure | None = None
+        projector: Supervisor | None = None
         on_committed: Callable[[list[Notification]], None] = _ignore
         if settings.relay:  # one hub per store runs the relay and the projector
             publisher = nats_bus.EventPublisher(nc)
@@ -106,7 +111,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             on_committed = _both(relay.feed, backpressure.backlog.committed)
             backpressure.backlog.handled = lambda: relay.position if relay else 0
             if settings.projector:
-                await stack.enter_async_context(projector_process(url, settings))
+                projector = await stack.enter_async_context(supervised_projector(url, settings))
         commands = CommandService(
             store,
             nats_bus.NatsPublisher(nc),
@@ -115,12 +120,18 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             backpressure,
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
+        stages = Stages(store, relay, projector=projector, dead_letters_stored=_dead_counts(nc))
+        if projector is not None:
+            stages.projector_progress = lambda: nats_bus.projector_progress(nc)
+            assert projector.task is not None
+            tasks["projector"] = projector.task
         if relay is not None:
             tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
         liveness: Liveness | None = None
         scheduler: Scheduler | None = None
         if relay is not None and settings.admission:
             scheduler = scheduler_process(store, relay, commands, dead_letters)
+            stages.scheduler_position = lambda: scheduler.position if scheduler else 0
             relay.on_published = scheduler.published
             if backpressure is not None:  # the scheduler follows the relay: its lag is the hub's
                 backpressure.backlog.handled = lambda: scheduler.position if scheduler else 0
@@ -143,10 +154,23 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         if relay is not None and settings.consumer_sweep:  # deletes readers' lasting consumers
             janitor = hub_janitor(nc, settings.consumer_sweep)
             tasks["consumer-sweep"] = await stack.enter_async_context(janitor.running())
-        subscription = await nats_bus.subscribe_commands(nc, commands.submit)
+        health = HealthMonitor(stages, settings.health)
+        tasks["health"] = asyncio.create_task(health.run(), name="wingsmith-health")
+        subscription = await nats_bus.subscribe_commands(
+            nc, _answering_health(health, nats_bus.NatsPublisher(nc), commands.submit)
+        )
         try:
             yield Hub(
-                url, nc, store, commands, relay, list(tasks.values()), dead_letters, scheduler
+                url,
+                nc,
+                store,
+                commands,
+                relay,
+                projector,
+                health,
+                list(tasks.values()),
+                dead_letters,
+                scheduler,
             )
         finally:
             await _shut_down(subscription, commands, relay, tasks)
@@ -205,39 +229,92 @@ def scheduler_process(
     return Scheduler(read, commands.execute_all, published_upto, dead_letters)
 
 
+async def open_writable_store(settings: Settings) -> StoreThread:
+    """The event store, once a write to it has succeeded: a hub on a store it cannot write
+    would answer every command with a refusal, so it refuses to start instead."""
+    where = _shown_store(settings)
+    try:
+        store = await StoreThread.open(store_env(settings.store_url, settings.data_dir))
+    except Exception as e:
+        raise NotWritable(f"cannot open the event store {where}: {e}") from e
+    try:
+        await store.run(store.store.probe_write)
+    except NotWritable as e:
+        await store.close()
+        raise NotWritable(
+            f"the event store {where} cannot be written ({e}); the hub records every command "
+            "there. Make the file and its directory writable by this user (SQLite), or give the "
+            "database user INSERT and CREATE rights on a server that is not read-only "
+            "(PostgreSQL)."
+        ) from e
+    return store
+
+
+def _shown_store(settings: Settings) -> str:
+    if settings.store_url is None:
+        return str(settings.data_dir / "events.sqlite")
+    parts = urlparse(settings.store_url)
+    if parts.password:  # never print a password
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    return parts.geturl()
+
+
+async def _ensure_streams(nc: nats_bus.Connection, settings: Settings) -> None:
+    await nats_bus.ensure_streams(
+        nc,
+        settings.stream_replicas,
+        max_bytes=settings.stream_max_bytes,
+        views_duplicate_window=settings.views_duplicate_window,
+    )
+
+
+def _dead_counts(nc: nats_bus.Connection) -> Callable[[], Any]:
+    async def counts() -> dict[str, int]:
+        return await dead_letters_stored(nc)
+
+    return counts
+
+
+def _answering_health(
+    health: HealthMonitor,
+    publisher: nats_bus.NatsPublisher,
+    submit: Callable[[str, bytes, str | None], Awaitable[None]],
+) -> Callable[[str, bytes, str | None], Awaitable[None]]:
+    """The command intake, with the health question answered at once (not queued behind the
+    commands: a hub busy with a backlog still says how it is)."""
+
+    async def handle(subject: str, data: bytes, reply_to: str | None) -> None:
+        if subject != HEALTH_SUBJECT:
+            await submit(subject, data, reply_to)
+        elif reply_to:
+            await publisher.publish(reply_to, health.report().model_dump_json().encode())
+
+    return handle
+
+
 @contextlib.asynccontextmanager
-async def projector_process(nats_url: str, settings: Settings) -> AsyncIterator[None]:
-    """The projector in a process of its own: folding every event is CPU work that would
-    otherwise share the hub's interpreter lock with command handling."""
+async def supervised_projector(nats_url: str, settings: Settings) -> AsyncIterator[Supervisor]:
+    """The projector in a process of its own (folding every event is CPU work that would
+    otherwise share the hub's interpreter lock with command handling), started again whenever
+    it ends, until the block ends."""
     env = os.environ | {
         "WINGSMITH_NATS_URL": nats_url,
         "WINGSMITH_DATA_DIR": str(settings.data_dir),
+        "WINGSMITH_CHECKPOINT_SECONDS": str(settings.checkpoint_seconds),
+        "WINGSMITH_VIEWS_DUPLICATE_WINDOW": str(settings.views_duplicate_window),
+        "WINGSMITH_STREAM_REPLICAS": str(settings.stream_replicas),
     }
     if settings.store_url:
         env["WINGSMITH_STORE"] = settings.store_url
     if settings.nats_credentials:
         env[USER_VARIABLE] = settings.nats_credentials.user
         env[PASSWORD_VARIABLE] = settings.nats_credentials.password
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli",
-        "projector",
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
-    )
+    supervisor = Supervisor("projector", python_module("services.cli", "projector"), env)
+    supervisor.start()
     try:
-        yield
+        yield supervisor
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                async with asyncio.timeout(20):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await supervisor.stop()
 
 
 @contextlib.asynccontextmanager
@@ -246,9 +323,7 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
     async with contextlib.AsyncExitStack() as stack:
         nc = await connect(settings, "wingsmith-projector")
         stack.push_async_callback(nc.close)
-        await nats_bus.ensure_streams(
-            nc, settings.stream_replicas, max_bytes=settings.stream_max_bytes
-        )
+        await _ensure_streams(nc, settings)
         env = store_env(settings.store_url, settings.data_dir)
         store = await StoreThread.open(env)
         stack.push_async_callback(store.close)
@@ -262,6 +337,7 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
             lambda seq: nats_bus.event_batches(nc, seq),
             views,
             dead_letters=DeadLetters(nc),
+            checkpoint_every=settings.checkpoint_seconds,
         )
         task = asyncio.create_task(projector.run(), name="wingsmith-projector")
         try:
@@ -280,6 +356,7 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
+    await nats_bus.cancel_and_wait(tasks["health"])  # it reads the store, which closes next
     for sender in (
         "ingest",
         "scheduler",

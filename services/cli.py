@@ -39,12 +39,15 @@ from services.bootstrap import (
 from services.client import add_commands
 from services.commands import json_schemas
 from services.config import Settings
+from services.health import NoHealth, Status
+from services.health import ask as ask_health
 from services.operator.dgd import render_yaml
 from services.operator.inspect import inspect_dgd, load_manifest
 from services.operator.kube import KubeBackend
 from services.operator.runtime import Backend, OperatorOptions, run_operator
 from services.projector import as_of, compare, rebuild
 from services.relay import event_type
+from services.supervisor import READY
 from services.terminal import Progress
 
 
@@ -164,8 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--timeout", type=float, default=10.0)
     cmd.set_defaults(run=_cmd)
 
-    ping = sub.add_parser("ping", help="exit 0 if the hub answers on NATS (a health check)")
+    ping = sub.add_parser(
+        "ping", help="the hub's health: exit 0 if healthy, 1 (saying what is wrong) if not"
+    )
     ping.add_argument("--timeout", type=float, default=3.0)
+    ping.add_argument("--json", action="store_true", help="the whole health report as JSON")
     ping.set_defaults(run=_ping)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of every command")
@@ -407,6 +413,7 @@ async def _api(args: argparse.Namespace) -> int:
 async def _projector(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     async with running_projector(Settings.from_env()):
+        print(READY, flush=True)  # for the hub that supervises this process
         await stop.wait()
     return 0
 
@@ -515,14 +522,24 @@ async def _cmd(args: argparse.Namespace) -> int:
 
 
 async def _ping(args: argparse.Namespace) -> int:
-    """Any answer on a command subject (`ping` is unknown to it) shows the hub is serving."""
+    """Ask the hub for its health: every stage from the store to the views (services/health.py).
+    Exit 1 when it is unhealthy or does not answer, printing what is wrong."""
     nc = await connect(Settings.from_env(), "wingsmith-ping")
     try:
-        await nats_bus.request(nc, "wingsmith.cmd.ping", b"{}", args.timeout)
+        report = await ask_health(nc, args.timeout)
+    except NoHealth as e:
+        print(f"unhealthy: {e}", file=sys.stderr)
+        return 1
     finally:
         await nc.close()
-    print("the hub answers")
-    return 0
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        for check in report.checks:
+            if check.status is not Status.OK or args.verbose:
+                print(f"{check.status}: {check.stage}: {check.detail}")
+        print("healthy" if report.healthy else "unhealthy")
+    return 0 if report.healthy else 1
 
 
 async def _schema(args: argparse.Namespace) -> int:

@@ -59,6 +59,29 @@ def _sweep(env: dict[str, str]) -> float:
     return seconds
 
 
+@dataclass(frozen=True)
+class HealthLimits:
+    """When the hub stops calling itself healthy (docs/operations.md#health): a stage more than
+    its lag behind the store, or behind and not moving for `stall_seconds`."""
+
+    relay_lag: int = 20_000  # store positions not yet on WINGSMITH_EVENTS
+    projector_lag: int = 20_000  # events on WINGSMITH_EVENTS not yet folded into the views
+    scheduler_lag: int = 20_000  # store positions the scheduler has not yet decided on
+    stall_seconds: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> HealthLimits:
+        def lag(name: str, default: int) -> int:
+            return _count(env, f"WINGSMITH_HEALTH_{name}_LAG", default)
+
+        return cls(
+            relay_lag=lag("RELAY", cls.relay_lag),
+            projector_lag=lag("PROJECTOR", cls.projector_lag),
+            scheduler_lag=lag("SCHEDULER", cls.scheduler_lag),
+            stall_seconds=_number(env, "WINGSMITH_HEALTH_STALL", cls.stall_seconds, 1, 86_400),
+        )
+
+
 TOKEN_NAME = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,31}$")
 
 
@@ -134,6 +157,9 @@ class Settings:
     api_body_timeout: float = 15.0  # seconds a client has to send a whole body, after its head
     api_max_connections: int = 512  # open at once; more are answered 503
     consumer_sweep: float = 5.0  # seconds between the hub's consumer sweeps; 0: none
+    health: HealthLimits = field(default_factory=HealthLimits)
+    checkpoint_seconds: float = 10.0  # the projector checkpoints at most this long after a change
+    views_duplicate_window: float = 120.0  # WINGSMITH_PROJ's Nats-Msg-Id window, seconds
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -178,6 +204,11 @@ class Settings:
             api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 15, 0.1, 3600),
             api_max_connections=_count(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
             consumer_sweep=_sweep(env),
+            health=HealthLimits.from_env(env),
+            checkpoint_seconds=_number(env, "WINGSMITH_CHECKPOINT_SECONDS", 10.0, 0.1, 86_400),
+            views_duplicate_window=_number(
+                env, "WINGSMITH_VIEWS_DUPLICATE_WINDOW", 120.0, 0.1, 86_400
+            ),
         )
 
     @property

@@ -2,19 +2,24 @@
 change, and checkpoints all projections together.
 
 A checkpoint holds each projection's state with the store position and the stream sequence it
-reached, written in one transaction. On start the projector restores the latest checkpoint and
-reads the stream from the sequence after it, so every event is applied exactly once to the
-state that is kept; the fold also skips any event at or below the position it has reached, so a
-message delivered twice changes nothing. Rebuilding from zero, and answering as of a past time,
-read the event store instead of the stream and must reach the same views.
+reached, written in one transaction: every `checkpoint_every` seconds while events arrive, and
+once more when they stop (an idle projector keeps nothing unsaved for long). On start the
+projector restores the latest checkpoint and reads the stream from the sequence after it, so
+every event is applied exactly once to the state that is kept; the fold also skips any event at
+or below the position it has reached, so a message delivered twice changes nothing. The changes
+it folds again after a crash were perhaps published already: the sink learns where its streams
+end on every (re)start and does not publish them twice, however long ago that was. Rebuilding
+from zero, and answering as of a past time, read the event store instead of the stream and must
+reach the same views.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -56,6 +61,9 @@ def envelope_problem(event: Any) -> str | None:
 
 
 class ViewSink(Protocol):
+    async def resume(self) -> None:
+        """Learn what the streams already hold: changes up to there are not published again."""
+
     async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
         """Publish one change of one view (None: removed)."""
 
@@ -81,8 +89,11 @@ class Projector:
         sink: ViewSink,
         kinds: Iterable[type[Projection]] = PROJECTIONS,
         dead_letters: DeadLetters | None = None,
+        *,
+        checkpoint_every: float = CHECKPOINT_SECONDS,
     ) -> None:
         self._store, self.checkpoints = store, checkpoints
+        self.checkpoint_every = checkpoint_every
         self._source, self._sink = source, sink
         self._kinds = list(kinds)
         self.fold = Fold(kind() for kind in self._kinds)
@@ -96,13 +107,15 @@ class Projector:
     async def run(self) -> None:
         """Follow the stream until cancelled; a batch being applied is never cut in half. After
         a failure (a server restart losing acknowledgements), start again from the checkpoint:
-        changes since then are published again, and the stream drops the repeats."""
+        the changes folded again are published only where the streams do not hold them yet."""
         while True:
             try:
                 await self._restore()
-                async for batch in self._source(self.seq):
-                    self._busy = asyncio.ensure_future(self._step(batch))
-                    await asyncio.shield(self._busy)
+                batches = _with_pauses(self._source(self.seq), self.checkpoint_every)
+                async with contextlib.aclosing(batches):
+                    async for batch in batches:
+                        self._busy = asyncio.ensure_future(self._step(batch))
+                        await asyncio.shield(self._busy)
             except Exception as e:
                 log.warning("projector: %s: %s; resuming from the checkpoint", type(e).__name__, e)
                 self._event_time = None  # what was folded may be unpublished: never checkpoint it
@@ -115,9 +128,10 @@ class Projector:
         await self.checkpoint()
 
     async def _step(self, batch: list[StreamMessage]) -> None:
-        if batch[0].seq > self.seq + 1:
-            await self._fill_gap(batch[0])
-        await self._apply(batch)
+        if batch:  # an empty batch: nothing arrived for a while
+            if batch[0].seq > self.seq + 1:
+                await self._fill_gap(batch[0])
+            await self._apply(batch)
         if self._due():
             await self.checkpoint()
 
@@ -126,6 +140,8 @@ class Projector:
         projections are checkpointed together and move together."""
         self.fold = Fold(kind() for kind in self._kinds)
         self.seq, self._event_time, self._busy = 0, None, None
+        self._since_checkpoint = 0
+        await self._sink.resume()
         saved = [
             await self._store.run(self.checkpoints.latest, p.name) for p in self.fold.projections
         ]
@@ -242,7 +258,7 @@ class Projector:
     def _due(self) -> bool:
         if self._since_checkpoint >= CHECKPOINT_EVENTS:
             return True
-        stale = time.monotonic() - self._checkpointed_at > CHECKPOINT_SECONDS
+        stale = time.monotonic() - self._checkpointed_at >= self.checkpoint_every
         return stale and self._since_checkpoint > 0
 
     async def checkpoint(self) -> None:
@@ -255,6 +271,35 @@ class Projector:
         ]
         await self._store.run(self.checkpoints.save, saved)
         self._since_checkpoint, self._checkpointed_at = 0, time.monotonic()
+
+
+async def _with_pauses(
+    batches: AsyncIterator[list[StreamMessage]], pause: float
+) -> AsyncGenerator[list[StreamMessage], None]:
+    """The batches, and an empty one after each `pause` seconds in which none arrived. The
+    pending read is never cancelled: cancelling it would end the source."""
+    pending: asyncio.Future[list[StreamMessage]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(batches))
+            done, _ = await asyncio.wait([pending], timeout=pause)
+            if not done:
+                yield []
+                continue
+            try:
+                batch = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield batch
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        close = getattr(batches, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def rebuild(

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from services import health
 from services.api import docs, routes
 from services.api.gateway import Gateway
 from services.api.problems import PROBLEM_JSON, STATUS, Problem, ProblemDocument
@@ -82,17 +83,48 @@ def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
     app.include_router(docs.router)
 
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        """Live: this process serves HTTP and its NATS client has not given up (a restart is
+        the cure for neither being true). Says nothing of the hub."""
+        alive = not gateway.nc.is_closed
+        return JSONResponse({"status": "ok" if alive else "nats closed"}, 200 if alive else 503)
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
-        ready = gateway.ready.is_set() and gateway.nc.is_connected
-        return JSONResponse({"ready": ready}, 200 if ready else 503)
+        """Ready: a write sent now is stored and shows in the views: NATS connected, the views
+        mirrored, and the hub healthy (its store, relay, projector and scheduler)."""
+        body = await readiness(gateway)
+        return JSONResponse(body, 200 if body["ready"] else 503)
 
     _install_errors(app)
     _install_openapi(app)
     return app
+
+
+HUB_HEALTH_TIMEOUT = 2.0
+
+
+async def readiness(gateway: Gateway) -> dict[str, Any]:
+    """The API's own state and the hub's health report, and whether both are good."""
+    problems = []
+    if not gateway.nc.is_connected:
+        problems.append("the API is not connected to NATS")
+    if not gateway.ready.is_set():
+        problems.append("the API has not mirrored the views yet")
+    hub: dict[str, Any] | None = None
+    if gateway.nc.is_connected:
+        try:
+            report = await health.ask(gateway.nc, HUB_HEALTH_TIMEOUT)
+        except health.NoHealth as e:
+            problems.append(str(e))
+        else:
+            hub = report.model_dump(mode="json")
+            problems += [
+                f"hub {c.stage}: {c.detail}"
+                for c in report.problems()
+                if c.status is health.Status.FAILING
+            ]
+    return {"ready": not problems, "problems": problems, "hub": hub}
 
 
 def _install_openapi(app: FastAPI) -> None:

@@ -1,0 +1,160 @@
+"""Keeps a child process running. The projector runs in a process of its own, and a process can
+die (killed, out of memory, a bug): the hub must notice, say so in its health, and start it
+again, without hammering a child that dies at once.
+
+A restart waits `first_delay` seconds, doubling after each quick death up to `max_delay`; a run
+that lasted `stable_after` seconds starts the count again. Every exit is logged with how the
+process ended. The child says it is ready by printing `READY` alone on a line of its standard
+output; until then it counts as starting. Other lines it prints are passed through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from adapters.nats_bus import cancel_and_wait
+from adapters.nats_server import die_with_parent
+
+log = logging.getLogger(__name__)
+
+READY = "READY"
+STOP_GRACE = 20.0  # seconds a child gets to finish its batch and checkpoint
+
+
+class ChildState(StrEnum):
+    STARTING = "starting"  # started, not ready yet
+    RUNNING = "running"
+    RESTARTING = "restarting"  # exited; waiting before the next start
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStatus:
+    name: str
+    state: ChildState
+    pid: int | None
+    restarts: int
+    last_exit: str | None  # how the previous run ended, e.g. "killed by SIGKILL after 12.0s"
+    since: datetime  # when it entered this state
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        first_delay: float = 0.5,
+        max_delay: float = 30.0,
+        stable_after: float = 60.0,
+    ) -> None:
+        self.name, self._argv, self._env = name, list(argv), dict(env)
+        self.first_delay, self.max_delay, self.stable_after = first_delay, max_delay, stable_after
+        self._process: asyncio.subprocess.Process | None = None
+        self._stopping = False
+        self._quick_deaths = 0
+        self._status = ChildStatus(name, ChildState.STARTING, None, 0, None, _now())
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        """Run `run` in a task of its own (`stop` ends it)."""
+        self.task = asyncio.create_task(self.run(), name=f"wingsmith-{self.name}")
+        return self.task
+
+    @property
+    def status(self) -> ChildStatus:
+        return self._status
+
+    async def run(self) -> None:
+        """Start the child and start it again whenever it ends, until `stop`."""
+        while not self._stopping:
+            started = time.monotonic()
+            code = await self._run_once()
+            if self._stopping:
+                break
+            await self._back_off(code, time.monotonic() - started)
+        self._set(ChildState.STOPPED, pid=None)
+
+    async def _run_once(self) -> int:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self._argv,
+                env=self._env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                preexec_fn=die_with_parent,
+            )
+        except OSError as e:  # counted as a quick death: tried again after the back-off
+            log.error("%s could not be started: %s", self.name, e)
+            return 127
+        self._process = process
+        self._set(ChildState.STARTING, pid=process.pid)
+        assert process.stdout is not None
+        while line := await process.stdout.readline():
+            text = line.decode(errors="replace").rstrip("\n")
+            if text == READY:
+                self._set(ChildState.RUNNING, pid=process.pid)
+                log.info("%s (pid %d) is ready", self.name, process.pid)
+            else:
+                print(text, flush=True)  # the child's own output, as if it were ours
+        return await process.wait()
+
+    async def _back_off(self, code: int, ran: float) -> None:
+        if ran >= self.stable_after:
+            self._quick_deaths = 0
+        delay = min(self.max_delay, self.first_delay * 2**self._quick_deaths)
+        self._quick_deaths += 1
+        ended = f"{describe_exit(code)} after {ran:.1f}s"
+        restarts = self._status.restarts + 1
+        log.warning(
+            "%s %s; starting it again in %.1fs (restart %d)", self.name, ended, delay, restarts
+        )
+        self._status = ChildStatus(self.name, ChildState.RESTARTING, None, restarts, ended, _now())
+        await asyncio.sleep(delay)
+
+    def _set(self, state: ChildState, *, pid: int | None) -> None:
+        s = self._status
+        self._status = ChildStatus(s.name, state, pid, s.restarts, s.last_exit, _now())
+
+    async def stop(self) -> None:
+        """Ask the child to finish (SIGTERM), kill it after `STOP_GRACE` seconds, and end the
+        task `start` made instead of starting the child again."""
+        self._stopping = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(STOP_GRACE):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self.task is not None:
+            await cancel_and_wait(self.task)
+        self._set(ChildState.STOPPED, pid=None)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line that runs `module` with this interpreter."""
+    return [sys.executable, "-m", module, *args]

@@ -1,0 +1,113 @@
+"""The hub supervises its projector and says how it is: a projector killed with SIGKILL is back
+within seconds, `wingsmith ping` says it is down meanwhile, and WINGSMITH_PROJ holds every view
+change exactly once afterwards, even when the kill comes after a pause longer than the stream's
+duplicate window and long after the last checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from adapters import nats_bus
+from adapters.nats_server import EmbeddedNatsServer
+from adapters.store import EventStore, store_env
+from projections.base import Fold
+from projections.fleet import PROJECTIONS
+from services import cli
+from services.bootstrap import Hub, running_hub
+from services.config import Settings
+from services.relay import to_message
+from services.supervisor import ChildState
+
+from .conftest import seed_deployment, send_until_answered, stream_ids, wait_for
+
+WINDOW = 1.0  # WINGSMITH_PROJ's duplicate window here; the pause before the kill is longer
+
+
+def expected_changes(data_dir: Path) -> list[str]:
+    """The message id of every view change the store's events make, in order: what
+    WINGSMITH_PROJ must hold, each once."""
+    store = EventStore(store_env(None, data_dir))
+    try:
+        notes = store.read(0, 10_000_000)
+    finally:
+        store.close()
+    fold, ids = Fold(kind() for kind in PROJECTIONS), []
+    for message in filter(None, map(to_message, notes)):
+        envelope = orjson.loads(message.payload)
+        for projection, key in fold.apply_envelope(envelope):
+            if projection.name != "render":  # the render stream keeps only the latest
+                ids.append(f"{projection.name}:{key}:{envelope['position']}")
+    return list(dict.fromkeys(ids))
+
+
+async def caught_up(client: Client, hub: Hub) -> bool:
+    progress = await nats_bus.projector_progress(client)
+    assert hub.relay is not None
+    return progress is not None and progress["stream_seq"] == hub.relay.seq > 0
+
+
+async def ping(capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`wingsmith ping`, as the compose health check runs it (in a thread: it has its own loop)."""
+    code = await asyncio.to_thread(cli.main, ["ping", "--timeout", "2"])
+    return code, capsys.readouterr().out
+
+
+async def test_a_killed_projector_is_back_and_nothing_is_published_twice(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WINGSMITH_NATS_URL", nats_server.url)  # for `wingsmith ping`
+    settings = Settings(
+        nats_url=nats_server.url,
+        store_url=None,
+        data_dir=tmp_path / "hub",
+        views_duplicate_window=WINDOW,
+        checkpoint_seconds=3600,  # no checkpoint before the kill: everything is folded again
+    )
+    async with running_hub(settings) as hub:
+        assert hub.projector is not None
+        await seed_deployment(client)
+        for replicas in (3, 4):
+            scale = {
+                "command_id": f"scale-{replicas}",
+                "workload_id": "llama",
+                "replicas": replicas,
+            }
+            assert (await send_until_answered(client, "workload.scale", scale))["ok"]
+        await wait_for(lambda: caught_up(client, hub), 30, "the projector to catch up")
+        assert await ping(capsys) == (0, "healthy\n")
+        await asyncio.sleep(2 * WINDOW)  # idle for longer than the duplicate window
+
+        killed = hub.projector.status.pid
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        scale = {"command_id": "scale-while-down", "workload_id": "llama", "replicas": 5}
+        assert (await send_until_answered(client, "workload.scale", scale))["ok"]
+        said: list[str] = []
+
+        async def back() -> bool:
+            code, out = await ping(capsys)
+            if code:
+                said.append(out)
+            return code == 0 and hub.projector is not None and hub.projector.status.restarts == 1
+
+        await wait_for(back, 60, "the projector to be back")
+        assert hub.projector.status.state is ChildState.RUNNING
+        assert hub.projector.status.pid != killed
+        assert any("failing: projector: process" in out for out in said), said
+        assert all(out.endswith("unhealthy\n") for out in said)
+        await wait_for(lambda: caught_up(client, hub), 30, "the projector to catch up again")
+
+    published = await stream_ids(client, nats_bus.VIEWS_STREAM)
+    assert len(published) == len(set(published)), "a view change was published twice"
+    assert published == expected_changes(settings.data_dir)
