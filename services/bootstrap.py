@@ -90,12 +90,12 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
     """Serve commands until the block ends; then stop intake, answer what was queued, let the
     relay publish what was committed, and close."""
     async with contextlib.AsyncExitStack() as stack:
+        store = await open_writable_store(settings)  # first: nothing else starts without it
+        stack.push_async_callback(store.close)
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
         nc = await connect(settings, "wingsmith-hub", url)
         stack.push_async_callback(nc.close)
         await _ensure_streams(nc, settings)
-        store = await open_writable_store(settings)
-        stack.push_async_callback(store.close)
 
         dead_letters = DeadLetters(nc)
         relay: Relay | None = None
@@ -236,18 +236,23 @@ async def open_writable_store(settings: Settings) -> StoreThread:
     try:
         store = await StoreThread.open(store_env(settings.store_url, settings.data_dir))
     except Exception as e:
-        raise NotWritable(f"cannot open the event store {where}: {e}") from e
+        raise NotWritable(f"cannot open the event store {where} ({e}); {_STORE_HINT}") from e
     try:
         await store.run(store.store.probe_write)
     except NotWritable as e:
         await store.close()
         raise NotWritable(
             f"the event store {where} cannot be written ({e}); the hub records every command "
-            "there. Make the file and its directory writable by this user (SQLite), or give the "
-            "database user INSERT and CREATE rights on a server that is not read-only "
-            "(PostgreSQL)."
+            f"there. {_STORE_HINT}"
         ) from e
     return store
+
+
+_STORE_HINT = (
+    "SQLite: the file and its directory must be writable by this user. PostgreSQL: the "
+    "server must be reachable and not read-only, and the user allowed to create tables and "
+    "insert rows."
+)
 
 
 def _shown_store(settings: Settings) -> str:

@@ -9,9 +9,10 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
+from adapters import nats_bus
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.store import EventStore, store_env
-from services.bootstrap import running_hub
+from services.bootstrap import running_hub, running_projector
 from services.config import Settings
 from services.projector import rebuild
 
@@ -73,3 +74,26 @@ async def test_views_are_published_and_survive_a_restart(
     for projection, views in expected.items():
         for key, view in views.items():
             assert await kv_view(client, projection, key) == view, (projection, key)
+
+
+async def test_an_idle_projector_checkpoints_what_it_has_folded(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """Without more events to come, the last batches are checkpointed all the same (within
+    `checkpoint_seconds`), so a crash later folds nothing again."""
+    settings = Settings(
+        nats_url=nats_server.url,
+        store_url=None,
+        data_dir=tmp_path / "hub",
+        projector=False,
+        checkpoint_seconds=0.2,
+    )
+    async with running_hub(settings), running_projector(settings) as projector:
+        await seed_deployment(client)
+
+        async def checkpointed() -> bool:
+            progress = await nats_bus.projector_progress(client)
+            saved = await projector._store.run(projector.checkpoints.latest, "capacity")
+            return bool(progress and saved) and saved.position == progress["position"] > 0
+
+        await wait_for(checkpointed, 20, "a checkpoint at the projector's position")

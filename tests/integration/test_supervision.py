@@ -21,11 +21,12 @@ from projections.base import Fold
 from projections.fleet import PROJECTIONS
 from services import cli
 from services.bootstrap import Hub, running_hub
-from services.config import Settings
+from services.config import HealthLimits, Settings
 from services.relay import to_message
 from services.supervisor import ChildState
 
 from .conftest import seed_deployment, send_until_answered, stream_ids, wait_for
+from .test_api import api_of
 
 WINDOW = 1.0  # WINGSMITH_PROJ's duplicate window here; the pause before the kill is longer
 
@@ -111,3 +112,80 @@ async def test_a_killed_projector_is_back_and_nothing_is_published_twice(
     published = await stream_ids(client, nats_bus.VIEWS_STREAM)
     assert len(published) == len(set(published)), "a view change was published twice"
     assert published == expected_changes(settings.data_dir)
+
+
+async def test_a_stuck_projector_makes_the_hub_unhealthy_until_it_moves(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process that lives but does not fold (stopped here with SIGSTOP) is found by its lag
+    against the limit, and by not moving while behind."""
+    monkeypatch.setenv("WINGSMITH_NATS_URL", nats_server.url)
+    settings = Settings(
+        nats_url=nats_server.url,
+        store_url=None,
+        data_dir=tmp_path / "hub",
+        health=HealthLimits(projector_lag=1_000, stall_seconds=1.0),
+    )
+    async with running_hub(settings) as hub:
+        assert hub.projector is not None
+        await seed_deployment(client)
+        await wait_for(lambda: caught_up(client, hub), 30, "the projector to catch up")
+        pid = hub.projector.status.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            scale = {"command_id": "scale-stuck", "workload_id": "llama", "replicas": 3}
+            assert (await send_until_answered(client, "workload.scale", scale))["ok"]
+            outs: list[str] = []
+
+            async def stalled() -> bool:
+                code, out = await ping(capsys)
+                outs.append(out)
+                return code == 1 and "not moving for" in out
+
+            await wait_for(stalled, 30, "the hub to report the stuck projector")
+            assert "failing: projector: " in outs[-1]
+            assert "events behind, not moving for" in outs[-1]
+            hub.health.limits = HealthLimits(projector_lag=0, stall_seconds=3600)
+            code, out = await ping(capsys)
+            assert code == 1
+            assert "events behind (limit 0)" in out
+            hub.health.limits = settings.health
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await wait_for(lambda: caught_up(client, hub), 30, "the projector to catch up again")
+
+        async def healthy() -> bool:
+            return await ping(capsys) == (0, "healthy\n")
+
+        await wait_for(healthy, 30, "the hub to be healthy again")
+        assert hub.projector.status.restarts == 0
+
+
+async def test_the_api_is_ready_only_while_the_hub_is_healthy(hub: Hub, tmp_path: Path) -> None:
+    """`/readyz` carries the hub's health; `/healthz` is the API process alone (a hub problem
+    is no reason to restart the API)."""
+    assert hub.projector is not None
+    async with api_of(hub, tmp_path) as http:
+
+        async def readiness(status: int) -> bool:
+            return (await http.get("/readyz")).status_code == status
+
+        await wait_for(lambda: readiness(200), 30, "the API to be ready")
+        ready = (await http.get("/readyz")).json()
+        assert ready["problems"] == []
+        assert ready["hub"]["healthy"] is True
+        assert {c["stage"] for c in ready["hub"]["checks"]} >= {"store", "relay", "projector"}
+
+        assert hub.projector.status.pid is not None
+        os.kill(hub.projector.status.pid, signal.SIGKILL)
+        await wait_for(lambda: readiness(503), 30, "the API to say the hub is not healthy")
+        problems = (await http.get("/readyz")).json()["problems"]
+        assert any(p.startswith("hub projector: process") for p in problems), problems
+        assert (await http.get("/healthz")).status_code == 200
+        await wait_for(lambda: readiness(200), 60, "the API to be ready again")
+        assert hub.projector.status.restarts == 1
