@@ -262,8 +262,8 @@ class HealthMonitor:
     def _projector(self, supervisor: Supervisor) -> Check:
         status = supervisor.status
         restarts = (
-            f"; restarted {status.restarts} times, last {status.last_exit}"
-            if (status.restarts)
+            f"; restarts: {status.restarts} (last: {status.last_exit})"
+            if status.restarts
             else ""
         )
         if status.state is not ChildState.RUNNING:

@@ -15,6 +15,7 @@ import pytest
 from nats.aio.client import Client
 
 from adapters import nats_bus
+from adapters.dead_letters import DeadLetters
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.store import EventStore, store_env
 from projections.base import Fold
@@ -22,6 +23,7 @@ from projections.fleet import PROJECTIONS
 from services import cli
 from services.bootstrap import Hub, running_hub
 from services.config import HealthLimits, Settings
+from services.health import ask as ask_health
 from services.relay import to_message
 from services.supervisor import ChildState
 
@@ -189,3 +191,29 @@ async def test_the_api_is_ready_only_while_the_hub_is_healthy(hub: Hub, tmp_path
         assert (await http.get("/healthz")).status_code == 200
         await wait_for(lambda: readiness(200), 60, "the API to be ready again")
         assert hub.projector.status.restarts == 1
+
+
+async def test_dead_letters_are_a_warning_in_the_health_report(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    hub: Hub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something set aside, by any process, is counted and shown; the rest flows on, so the hub
+    stays healthy."""
+    monkeypatch.setenv("WINGSMITH_NATS_URL", nats_server.url)
+    elsewhere = DeadLetters(client)  # as the projector process would
+    await elsewhere.set_aside("projector", "cannot fold it", "wingsmith.evt.x.y.Z", b"{")
+    await elsewhere.set_aside("projector", "cannot fold it", "wingsmith.evt.x.y.W", b"{")
+    await elsewhere.set_aside("relay", "bad subject", "wingsmith.evt.a b", b"{}")
+    warned = "warning: dead_letters: 3 set aside (projector: 2, relay: 1)"
+
+    async def shown() -> bool:
+        code, out = await ping(capsys)
+        return code == 0 and warned in out and out.endswith("healthy\n")
+
+    await wait_for(shown, 30, "the dead letters in the health report")
+    report = await ask_health(client, 2)
+    assert report.healthy
+    assert report.dead_letters.by_component == {"projector": 2, "relay": 1}
