@@ -11,7 +11,6 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from adapters import nats_bus
@@ -120,7 +119,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             backpressure,
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
-        stages = Stages(store, relay, projector=projector, dead_letters_stored=_dead_counts(nc))
+        stages = Stages(
+            store, relay, projector=projector, dead_letters_stored=lambda: dead_letters_stored(nc)
+        )
         if projector is not None:
             stages.projector_progress = lambda: nats_bus.projector_progress(nc)
             assert projector.task is not None
@@ -271,13 +272,6 @@ async def _ensure_streams(nc: nats_bus.Connection, settings: Settings) -> None:
         max_bytes=settings.stream_max_bytes,
         views_duplicate_window=settings.views_duplicate_window,
     )
-
-
-def _dead_counts(nc: nats_bus.Connection) -> Callable[[], Any]:
-    async def counts() -> dict[str, int]:
-        return await dead_letters_stored(nc)
-
-    return counts
 
 
 def _answering_health(
