@@ -8,8 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -75,3 +77,40 @@ async def test_a_read_only_store_directory_stops_the_hub(
     with read_only(data_dir), pytest.raises(NotWritable, match="cannot open the event store"):
         async with running_hub(settings):
             pytest.fail("the hub started on a store it cannot create")
+
+
+def test_the_write_probe_passes_on_a_writable_store(store_url: str) -> None:
+    store = EventStore(store_env(store_url, Path("/nonexistent")))
+    try:
+        store.probe_write()
+        store.probe_write()  # the same row again
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+async def test_a_read_only_postgres_user_stops_the_hub(
+    pg_url: str, nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    import psycopg
+
+    EventStore(store_env(pg_url, tmp_path)).close()  # the tables exist
+    role = f"ws_ro_{uuid.uuid4().hex[:8]}"
+    schema = parse_qs(urlparse(pg_url).query)["schema"][0]
+    admin = pg_url.split("?")[0]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
+        conn.execute(f"GRANT ALL ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    try:
+        url = urlparse(pg_url)._replace(netloc=f"{role}@{urlparse(pg_url).hostname}:5432")
+        settings = Settings(nats_url=nats_server.url, store_url=url.geturl(), data_dir=tmp_path)
+        with pytest.raises(NotWritable, match="read-only transaction") as refused:
+            async with running_hub(settings):
+                pytest.fail("the hub started on a store it cannot write")
+        assert "event store postgresql://" in str(refused.value)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
