@@ -20,6 +20,7 @@ from adapters.nats_server import EmbeddedNatsServer
 from adapters.simulated import SimNode, SimulatedCluster
 from services.bootstrap import running_api, running_hub
 from services.config import Settings
+from services.health import ask as ask_health
 from services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import LLAMA, send_until_answered, wait_for
@@ -93,6 +94,7 @@ async def test_the_compose_users_run_the_system_and_keep_operators_apart(
                     return [m async for m in stream] != []
 
                 await wait_for(running, 30, "the workload to run on east")
+                assert (await ask_health(cli, 5)).healthy  # what `wingsmith ping` asks
                 await the_api_serves_as_its_own_user(settings)
                 with pytest.raises(nats.errors.Error):
                     await nats_bus.publish_observation(
@@ -126,3 +128,8 @@ async def the_api_serves_as_its_own_user(hub: Settings) -> None:
         scaled = await http.post("/v1/workloads/chat/scale", json={"replicas": 1})
         assert scaled.status_code == 200, scaled.text
         assert scaled.json()["replicas"] == 1
+
+        async def ready() -> bool:  # the compose health check: the hub's health, as `api`
+            return (await http.get("/readyz")).status_code == 200
+
+        await wait_for(ready, 30, "the API to be ready")
