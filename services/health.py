@@ -161,19 +161,8 @@ class HealthMonitor:
             await asyncio.sleep(REFRESH)
 
     async def refresh(self) -> None:
-        s, now = self._samples, time.monotonic()
-        store = self.stages.store
-        try:
-            async with asyncio.timeout(STORE_TIMEOUT):
-                if now - s.probed_at >= PROBE_EVERY or s.store_error:
-                    s.probed_at = now
-                    await store.run(store.store.probe_write)
-                s.head = await store.run(store.store.last_position)
-            s.store_error = None
-        except TimeoutError:
-            s.store_error = f"the store did not answer within {STORE_TIMEOUT:g}s"
-        except Exception as e:
-            s.store_error = str(e) or type(e).__name__
+        s = self._samples
+        s.store_error = await self._look_at_store()
         if self.stages.projector_progress is not None:
             progress = await self.stages.projector_progress()
             s.projected_seq = int(progress["stream_seq"]) if progress else 0
@@ -182,6 +171,22 @@ class HealthMonitor:
         s.at = time.monotonic()
         for stage, position in self._positions().items():
             self._movers[stage].seen(position, s.at)
+
+    async def _look_at_store(self) -> str | None:
+        """Read the store's last position, and write to it every `PROBE_EVERY` seconds (at
+        once while it is failing); what went wrong, if anything."""
+        s, store = self._samples, self.stages.store
+        try:
+            async with asyncio.timeout(STORE_TIMEOUT):
+                if time.monotonic() - s.probed_at >= PROBE_EVERY or s.store_error:
+                    s.probed_at = time.monotonic()
+                    await store.run(store.store.probe_write)
+                s.head = await store.run(store.store.last_position)
+        except TimeoutError:
+            return f"the store did not answer within {STORE_TIMEOUT:g}s"
+        except Exception as e:
+            return str(e) or type(e).__name__
+        return None
 
     def _positions(self) -> dict[Stage, int]:
         positions = {}
@@ -214,12 +219,11 @@ class HealthMonitor:
 
     def _monitor(self) -> Check:
         age = time.monotonic() - self._samples.at
-        if self._samples.at == 0 or age > 3 * REFRESH + STORE_TIMEOUT:
-            detail = (
-                "no complete look at the stages yet"
-                if not self._samples.at
-                else (f"the last complete look at the stages was {age:.0f}s ago")
-            )
+        if not self._samples.at:
+            detail = "no complete look at the stages yet"
+            return Check(stage=Stage.MONITOR, status=Status.FAILING, detail=detail)
+        if age > 3 * REFRESH + STORE_TIMEOUT:  # the store or NATS hangs
+            detail = f"the last complete look at the stages was {age:.0f}s ago"
             return Check(stage=Stage.MONITOR, status=Status.FAILING, detail=detail)
         return Check(stage=Stage.MONITOR, status=Status.OK, detail=f"looked {age:.1f}s ago")
 
@@ -262,9 +266,7 @@ class HealthMonitor:
     def _projector(self, supervisor: Supervisor) -> Check:
         status = supervisor.status
         restarts = (
-            f"; restarts: {status.restarts} (last: {status.last_exit})"
-            if status.restarts
-            else ""
+            f"; restarts: {status.restarts} (last: {status.last_exit})" if status.restarts else ""
         )
         if status.state is not ChildState.RUNNING:
             since = (datetime.now(UTC) - status.since).total_seconds()
