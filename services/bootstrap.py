@@ -120,7 +120,11 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         stages = Stages(
-            store, relay, projector=projector, dead_letters_stored=lambda: dead_letters_stored(nc)
+            store,
+            relay,
+            projector=projector,
+            dead_letters_stored=lambda: dead_letters_stored(nc),
+            dead_letters=dead_letters,  # for the latest one this hub set aside
         )
         if projector is not None:
             stages.projector_progress = lambda: nats_bus.projector_progress(nc)
