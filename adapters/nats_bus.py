@@ -614,7 +614,7 @@ async def stream_end(js: JetStreamContext, stream: str) -> StreamEnd:
     for seq in range(state.last_seq, max(state.first_seq, 1) - 1, -1):
         try:
             msg = await js.get_msg(stream, seq=seq)
-        except NotFoundError:  # replaced by a later message of its subject (the render stream)
+        except NotFoundError:  # removed by a per-subject limit: older than the end we seek
             break
         headers = msg.headers or {}
         if not headers.get(POSITION_HEADER, "").isdigit():
