@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import nats.errors
 import orjson
@@ -56,6 +56,20 @@ def record(
     except UnicodeDecodeError:
         body["data_base64"] = base64.b64encode(data).decode()
     return orjson.dumps(body)
+
+
+class SetAside(Protocol):
+    """What a stage needs of dead letters; `DeadLetters` is one, a test's recorder another."""
+
+    async def set_aside(
+        self,
+        component: str,
+        reason: str,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
+    ) -> None: ...
 
 
 class DeadLetters:

@@ -63,6 +63,12 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# The streams' size limits are backstops (docs/nats.md) that nats-server reserves in full when it
+# creates them, against 75% of the free disk by default: on a laptop with a few GiB free the
+# embedded server would refuse them, though they hold far less. Its disk is the real bound.
+MAX_FILE_STORE = "1TB"
+
+
 def _remembered_port(store_dir: Path) -> int | None:
     try:
         text = (store_dir / PORT_FILE).read_text().strip()
@@ -157,13 +163,12 @@ class EmbeddedNatsServer:
             "-p",
             str(self.port),
         ]
-        if self.config is not None:
-            config_file = self.store_dir / "nats-server.conf"
-            # Readable by its owner only from the start: it may hold passwords.
-            fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with open(fd, "w") as out:
-                out.write(self.config)
-            args += ["-c", str(config_file)]
+        config_file = self.store_dir / "nats-server.conf"
+        # Readable by its owner only from the start: it may hold passwords.
+        fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w") as out:
+            out.write(f"jetstream {{ max_file_store: {MAX_FILE_STORE} }}\n{self.config or ''}")
+        args += ["-c", str(config_file)]
         args += self.extra_args
         output = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - the process's
         self._process = subprocess.Popen(

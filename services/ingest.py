@@ -26,12 +26,12 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from adapters.dead_letters import DeadLetters
+from adapters.dead_letters import DeadLetters, SetAside
 from adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
 from services import commands as c
 from services.wire import DuplicateKey, loads
@@ -171,18 +171,6 @@ class Buckets:
                 self._buckets.clear()  # subjects nobody owns: forgetting costs a refill, no more
             bucket = self._buckets[cluster_id] = _Bucket(self.limit.burst, now)
         return bucket
-
-
-class SetAside(Protocol):
-    async def set_aside(
-        self,
-        component: str,
-        reason: str,
-        subject: str,
-        data: bytes,
-        headers: Any = None,
-        msg_id: str | None = None,
-    ) -> None: ...
 
 
 Execute = Callable[[c.Command], Awaitable[dict[str, Any]]]

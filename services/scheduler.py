@@ -33,11 +33,12 @@ import dataclasses
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 
+from adapters.dead_letters import SetAside
 from adapters.store import Notification
 from domain import subjects
 from domain.admission import Decision, Ledger, Placement
@@ -62,20 +63,6 @@ DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
-
-
-class SetAside(Protocol):
-    """Where what cannot be folded or decided goes (adapters/dead_letters.py)."""
-
-    async def set_aside(
-        self,
-        component: str,
-        reason: str,
-        subject: str,
-        data: bytes,
-        headers: Mapping[str, str] | None = None,
-        msg_id: str | None = None,
-    ) -> None: ...
 
 
 class Refused(Exception):
