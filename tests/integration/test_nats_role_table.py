@@ -129,13 +129,20 @@ class World:
             if not got.done():
                 got.set_result(None)
 
+        async def probing() -> None:  # core NATS delivers at most once: say it until heard
+            while True:
+                await self.hub.publish(probe, b"probe")
+                await self.hub.flush()
+                await asyncio.sleep(0.5)
+
         sub = await nc.subscribe(subject, cb=arrived)
         await nc.flush()
-        await self.hub.publish(probe, b"probe")
+        prober = asyncio.create_task(probing(), name="role-table-probe")
         try:
             refused = await self._refused_before(got, "subscription", subject)
             return Outcome.REFUSED if refused else Outcome.DONE
         finally:
+            await nats_bus.cancel_and_wait(prober)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
