@@ -789,7 +789,6 @@ class Delivery:
     msg_id: str  # the operator's Nats-Msg-Id, else `<stream>:<sequence>`
     position: int  # the store position a render message was computed at (0: none)
     _msg: Msg
-    attempts: int = 1  # how many times the server has delivered it, this time included
 
     async def ack(self) -> None:
         await self._msg.ack()
@@ -952,9 +951,9 @@ async def _consumer_gone(js: JetStreamContext, cluster_id: str) -> bool:
 def _delivery(stream: str, msg: Msg) -> Delivery:
     headers = msg.headers or {}
     msg_id = headers.get("Nats-Msg-Id") or f"{stream}:{msg.metadata.sequence.stream}"
-    position = int(headers.get(POSITION_HEADER, 0))
-    attempts = msg.metadata.num_delivered or 1
-    return Delivery(msg.subject, bytes(msg.data), msg_id, position, msg, attempts)
+    said = headers.get(POSITION_HEADER, "")  # an operator's report may carry anything here
+    position = int(said) if said.isdigit() else 0
+    return Delivery(msg.subject, bytes(msg.data), msg_id, position, msg)
 
 
 async def render_batches(

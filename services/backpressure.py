@@ -31,8 +31,12 @@ class Backlog:
         self._marks: deque[tuple[int, float]] = deque()
 
     def committed(self, notifications: list[Notification]) -> None:
-        if notifications and len(self._marks) < MARKS:
+        if not notifications:
+            return
+        if len(self._marks) < MARKS:
             self._marks.append((notifications[-1].id, self.clock()))
+        else:  # the last mark stands for these too, with its older time: the age errs high
+            self._marks[-1] = (notifications[-1].id, self._marks[-1][1])
 
     def age(self) -> float:
         """Seconds since the oldest batch the follower has not handled was committed."""

@@ -302,5 +302,5 @@ def _dead_check(dead: DeadLetterCounts) -> Check:
     if not dead.total:
         return Check(stage=Stage.DEAD_LETTERS, status=Status.OK, detail="none")
     parts = ", ".join(f"{c}: {n:,}" for c, n in sorted(dead.by_component.items()))
-    detail = f"{dead.total:,} set aside ({parts}); see `wingsmith events` on WINGSMITH_DEAD"
+    detail = f"{dead.total:,} set aside ({parts}); see `wingsmith dead-letters`"
     return Check(stage=Stage.DEAD_LETTERS, status=Status.WARNING, detail=detail)

@@ -48,10 +48,9 @@ KINDS: dict[str, type[c.Command]] = {
     "sync": c.ObserveSync,
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
-MAX_ATTEMPTS = 5  # deliveries of one observation whose handling fails before it is set aside
+MAX_ATTEMPTS = 5  # times one observation's handling may fail before it is set aside
+MAX_FAILING = 10_000  # observations whose failures are counted at once; beyond, counts restart
 _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
-# The stream refuses a larger report at publish; checked again here, as every limit is.
-MAX_REPORT_BYTES = MAX_REPORT
 COMPONENT = "ingest"  # what the dead letters are filed under
 WARN_EVERY = 10.0  # seconds between two warnings that one cluster is over its rate
 
@@ -88,10 +87,8 @@ def parse(subject: str, data: bytes, msg_id: str) -> c.Command:
 
 def _object(subject: str, data: bytes) -> dict[str, Any]:
     """The report's JSON object: within the size limit, with no key given twice."""
-    if len(data) > MAX_REPORT_BYTES:
-        raise Refused(
-            f"{subject}: (body): {len(data)} bytes; reports are limited to {MAX_REPORT_BYTES}"
-        )
+    if len(data) > MAX_REPORT:
+        raise Refused(f"{subject}: (body): {len(data)} bytes; reports are limited to {MAX_REPORT}")
     try:
         body = loads(data)
     except DuplicateKey as e:
@@ -205,9 +202,11 @@ class Intake:
     heard: Heard
     dead: SetAside
     buckets: Buckets
-    refused: int = 0  # reports set aside since the hub started
     deferred: int = 0  # reports made to wait for their cluster's rate
     _warned: dict[str, float] = field(default_factory=dict)  # cluster -> when last said
+    # failed handlings per observation (its msg id): redeliveries for a cluster's rate or an
+    # outage are not failures, so JetStream's delivery count cannot tell
+    _failures: dict[str, int] = field(default_factory=dict)
 
     async def handle(self, batch: list[Delivery]) -> None:
         runnable = await self._admit(batch)
@@ -218,8 +217,8 @@ class Intake:
         for (delivery, command), answer in zip(runnable, replies, strict=True):
             reply = _reply(answer)
             error = reply.get("error") or {}
-            if _poisoned(delivery, reply):  # handling keeps failing: set aside, let the rest on
-                reason = f"handling failed {delivery.attempts} times: {error.get('message', '')}"
+            if self._poisoned(delivery, reply):  # it keeps failing: set aside, let the rest on
+                reason = f"handling failed {MAX_ATTEMPTS} times: {error.get('message', '')}"
                 await self._set_aside(delivery, reason)
                 await delivery.ack()
                 continue
@@ -233,6 +232,21 @@ class Intake:
             elif isinstance(command, c.ObserveHeartbeat):
                 self.heard(command.cluster_id)
             await delivery.ack()
+
+    def _poisoned(self, delivery: Delivery, reply: dict[str, Any]) -> bool:
+        """Whether this observation's handling has now failed `MAX_ATTEMPTS` times: the hub's
+        own failure (`internal`), not a passing outage (`unavailable`), so trying again would
+        hold up everything after it for ever."""
+        if (reply.get("error") or {}).get("code") != "internal":
+            self._failures.pop(delivery.msg_id, None)
+            return False
+        if len(self._failures) >= MAX_FAILING and delivery.msg_id not in self._failures:
+            self._failures.clear()
+        failed = self._failures[delivery.msg_id] = self._failures.get(delivery.msg_id, 0) + 1
+        if failed < MAX_ATTEMPTS:
+            return False
+        del self._failures[delivery.msg_id]
+        return True
 
     async def _admit(self, batch: list[Delivery]) -> list[tuple[Delivery, c.Command]]:
         """The batch's observations that parse and are within their cluster's rate; the others
@@ -271,7 +285,6 @@ class Intake:
             )
 
     async def _set_aside(self, delivery: Delivery, reason: str) -> None:
-        self.refused += 1
         await self.dead.set_aside(
             COMPONENT, reason, delivery.subject, delivery.data, msg_id=delivery.msg_id
         )
@@ -296,11 +309,3 @@ def _reply(answer: dict[str, Any] | BaseException) -> dict[str, Any]:
         log.error("observation handling raised %s: %s", type(answer).__name__, answer)
         return {"ok": False, "error": {"code": "internal", "message": f"{answer}"[:500]}}
     return answer
-
-
-def _poisoned(delivery: Delivery, reply: dict[str, Any]) -> bool:
-    """An observation whose handling failed `MAX_ATTEMPTS` times: the hub's own failure, not a
-    passing outage (which answers `unavailable`), so trying again would hold up everything
-    after it for ever."""
-    code = (reply.get("error") or {}).get("code")
-    return not reply.get("ok") and code == "internal" and delivery.attempts >= MAX_ATTEMPTS

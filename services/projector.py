@@ -28,7 +28,7 @@ import orjson
 
 from adapters.checkpoints import Checkpoint, CheckpointStore
 from adapters.dead_letters import DeadLetters
-from adapters.nats_bus import StreamMessage, Unpublishable
+from adapters.nats_bus import POSITION_HEADER, OutMessage, StreamMessage, Unpublishable
 from adapters.store import Notification, StoreThread
 from domain.subjects import key_subject
 from projections.base import Fold, Keys, Projection, failure
@@ -196,7 +196,10 @@ class Projector:
         size limit discarded them while the projector was away. The stream is a gap-free
         prefix of the store, so they are the store's events up to `first`'s: fold those, and
         publish their changes, as if they had come from the stream."""
-        upto = int(orjson.loads(first.data)["position"]) - 1
+        event = await self._envelope(first)
+        if event is None:  # set aside: it cannot say where the gap ends; the stream goes on
+            return
+        upto = int(event["position"]) - 1
         log.warning(
             "projector: stream sequences %d to %d are gone from the stream; reading positions "
             "%d to %d from the store",
@@ -212,7 +215,7 @@ class Projector:
             if not notes:
                 break
             stand_ins = [
-                StreamMessage(first.seq - 1, m.subject, m.payload, {}, first.time)
+                StreamMessage(first.seq - 1, m.subject, m.payload, _headers(m), first.time)
                 for m in map(to_message, notes)
                 if m is not None
             ]
@@ -250,7 +253,9 @@ class Projector:
         return payload
 
     async def _set_aside(self, message: StreamMessage, reason: str, part: str = "") -> None:
-        msg_id = f"{message.seq}:{key_subject(part)}" if part else str(message.seq)
+        # the event's own id where it has one: stand-ins read from the store share a sequence
+        event_id = message.headers.get("Nats-Msg-Id") or str(message.seq)
+        msg_id = f"{event_id}:{key_subject(part)}" if part else event_id
         await self.dead_letters.set_aside(
             DEAD_COMPONENT, reason, message.subject, message.data, message.headers, msg_id
         )
@@ -414,3 +419,8 @@ def compare(
             )
             verdict.mismatched.append(f"{key}: differs in {', '.join(fields)}")
     return verdict
+
+
+def _headers(message: OutMessage) -> dict[str, str]:
+    """The headers the relay gives a message on the stream (its id and store position)."""
+    return {"Nats-Msg-Id": message.msg_id, POSITION_HEADER: str(message.position)}

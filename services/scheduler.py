@@ -217,8 +217,8 @@ class Scheduler:
         """Kept for the pass to hand to the dead letters (folding does not wait)."""
         self.set_aside += 1
         event = f"{note.originator_id}:{note.originator_version}"
-        subject = f"{event} ({event_type(note.topic)} at store position {note.id})"
-        self._aside.append((reason, subject, note.state, event))
+        reason = f"{reason} (store position {note.id})"
+        self._aside.append((reason, event_subject(note), note.state, event))
 
     async def _hand_aside(self) -> None:
         aside, self._aside = self._aside, []

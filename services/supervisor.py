@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 READY = "READY"
 STOP_GRACE = 20.0  # seconds a child gets to finish its batch and checkpoint
+LINE_LIMIT = 1 << 20  # bytes of one line of the child's output read at once
 
 
 class ChildState(StrEnum):
@@ -86,7 +87,11 @@ class Supervisor:
         """Start the child and start it again whenever it ends, until `stop`."""
         while not self._stopping:
             started = time.monotonic()
-            code = await self._run_once()
+            try:
+                code = await self._run_once()
+            except Exception as e:  # supervising must outlive any fault of its own
+                log.error("%s: supervision failed: %s: %s", self.name, type(e).__name__, e)
+                code = await self._end_child()
             if self._stopping:
                 break
             await self._back_off(code, time.monotonic() - started)
@@ -100,6 +105,7 @@ class Supervisor:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 preexec_fn=die_with_parent,
+                limit=LINE_LIMIT,
             )
         except OSError as e:  # counted as a quick death: tried again after the back-off
             log.error("%s could not be started: %s", self.name, e)
@@ -107,7 +113,7 @@ class Supervisor:
         self._process = process
         self._set(ChildState.STARTING, pid=process.pid)
         assert process.stdout is not None
-        while line := await process.stdout.readline():
+        while line := await _line(process.stdout):
             text = line.decode(errors="replace").rstrip("\n")
             if text == READY:
                 self._set(ChildState.RUNNING, pid=process.pid)
@@ -129,6 +135,15 @@ class Supervisor:
         self._status = ChildStatus(self.name, ChildState.RESTARTING, None, restarts, ended, _now())
         await asyncio.sleep(delay)
 
+    async def _end_child(self) -> int:
+        """Kill a child whose supervision failed (it is started again); its exit code."""
+        process = self._process
+        if process is None:
+            return -1
+        if process.returncode is None:
+            process.kill()
+        return await process.wait()
+
     def _set(self, state: ChildState, *, pid: int | None) -> None:
         s = self._status
         self._status = ChildStatus(s.name, state, pid, s.restarts, s.last_exit, _now())
@@ -149,6 +164,16 @@ class Supervisor:
         if self.task is not None:
             await cancel_and_wait(self.task)
         self._set(ChildState.STOPPED, pid=None)
+
+
+async def _line(stream: asyncio.StreamReader) -> bytes:
+    """The next line of the child's output. Of a line longer than `LINE_LIMIT` only its end is
+    kept (readline drops what overran), rather than the supervision ending."""
+    while True:
+        try:
+            return await stream.readline()
+        except ValueError:
+            log.warning("a line of a child's output was longer than %d bytes: cut", LINE_LIMIT)
 
 
 def _now() -> datetime:

@@ -3,8 +3,10 @@ when too many wait or intake has been held too long."""
 
 from __future__ import annotations
 
+import pytest
 from eventsourcing.persistence import Notification
 
+from services import backpressure
 from services.backpressure import Backlog, Backpressure
 
 
@@ -39,6 +41,19 @@ def test_the_backlog_is_the_age_of_the_oldest_batch_not_handled() -> None:
     assert backlog.age() == 1.0
     handled[0] = 9
     assert backlog.age() == 0.0
+
+
+def test_a_full_backlog_still_ages_until_its_last_batch_is_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backpressure, "MARKS", 2)
+    clock, handled = Clock(), [0]
+    backlog = intake(clock, handled).backlog
+    for upto in (1, 2, 3):
+        backlog.committed(batch(upto))
+        clock.now += 1
+    handled[0] = 2
+    assert backlog.age() == 2.0  # batch 3 waits, counted from the time of the mark it joined
 
 
 def test_intake_is_held_above_the_lag_and_reopens_below_half_of_it() -> None:

@@ -179,3 +179,21 @@ def test_an_api_token_may_not_take_the_name_of_the_observations_prefix() -> None
         assert "'obs' is reserved" in str(e)
     else:
         raise AssertionError("a token named obs was accepted")
+
+
+async def test_only_the_hubs_own_failures_count_toward_setting_a_report_aside() -> None:
+    """An outage or a wait for the cluster's rate redelivers a report too; only `internal`
+    failures of its handling count, and a success clears them."""
+    hub, dead, log = Hub(), DeadLetters(), Settled()
+    taking = intake(hub, dead)
+    report = delivery("east", "heartbeat", HEARTBEAT, 1, log)
+    replies = ["internal"] * 4 + ["unavailable", "ok"] + ["internal"] * 4
+    for code in replies:
+        hub.reply = {"ok": True} if code == "ok" else {"ok": False, "error": {"code": code}}
+        await taking.handle([report])
+    assert dead.kept == []  # never five failures in a row
+    hub.reply = {"ok": False, "error": {"code": "internal", "message": "a bug"}}
+    await taking.handle([report])
+    [(component, reason, _)] = dead.kept
+    assert component == "ingest" and "failed 5 times: a bug" in reason
+    assert log.how[-1] == ("ack", 0.0)  # set aside, so the next ones flow

@@ -57,3 +57,22 @@ async def test_a_child_that_dies_at_once_is_restarted_ever_more_slowly(
     assert delays == [0.01, 0.02, 0.04, 0.08, 0.08]
     assert supervisor.status.last_exit is not None
     assert supervisor.status.last_exit.startswith("exited with code 3")
+
+
+async def test_a_line_longer_than_the_reader_takes_does_not_end_the_supervision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    talker = [
+        sys.executable,
+        "-c",
+        "import time; print('x' * 3_000_000, flush=True); print('READY', flush=True); "
+        "time.sleep(600)",
+    ]
+    supervisor = Supervisor("talker", talker, dict(os.environ), first_delay=0.05)
+    supervisor.start()
+    try:
+        await until(lambda: supervisor.status.state is ChildState.RUNNING)
+        assert supervisor.status.restarts == 0
+    finally:
+        await supervisor.stop()
+    capsys.readouterr()  # the long line, passed through in parts
