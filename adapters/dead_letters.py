@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 import nats.errors
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 DEAD_STREAM = "WINGSMITH_DEAD"
 DEAD_PREFIX = "wingsmith.dead"
 PUBLISH_TIMEOUT = 2.0  # a stage never waits longer than this on NATS to set something aside
+
+
+class Component(StrEnum):
+    """The stages that set messages aside: the last token of `wingsmith.dead.<component>`."""
+
+    INGEST = "ingest"  # the hub's observation intake
+    PROJECTOR = "projector"
+    SCHEDULER = "scheduler"
 
 
 @dataclass(frozen=True, slots=True)

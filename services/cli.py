@@ -20,7 +20,7 @@ import orjson
 
 from adapters import nats_bus
 from adapters.checkpoints import CheckpointStore
-from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
+from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM, Component
 from adapters.kube import Kube
 from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
 from adapters.store import StoreThread, store_env
@@ -189,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     dead = sub.add_parser(
         "dead-letters", help="print what the hub's stages set aside (stream WINGSMITH_DEAD)"
     )
-    dead.add_argument("--component", default="*", help="projector, scheduler or ingest")
+    dead.add_argument("--component", default="*", choices=[*Component, "*"], help="default: all")
     dead.add_argument(
         "--since", type=_start, default=1, metavar="WHEN", help="a stream sequence, time or age"
     )

@@ -49,11 +49,12 @@ CommandId = Annotated[
 ]
 
 # The command ids the hub gives its own commands; a client's command_id may not start with one,
-# or it could take (or be taken for) one of them. Made by: services/ingest.py (`obs:`, from an
-# operator's message id), services/scheduler.py (`admission-`, `placement-`) and
-# services/liveness.py (`silence-`).
-OBSERVATION_PREFIX = "obs:"
-INTERNAL_PREFIXES = (OBSERVATION_PREFIX, "admission-", "placement-", "silence-")
+# or it could take (or be taken for) one of them.
+OBSERVATION_PREFIX = "obs:"  # services/ingest.py, from an operator's message id
+ADMISSION_PREFIX = "admission-"  # services/scheduler.py
+PLACEMENT_PREFIX = "placement-"  # services/scheduler.py
+SILENCE_PREFIX = "silence-"  # services/liveness.py
+INTERNAL_PREFIXES = (OBSERVATION_PREFIX, ADMISSION_PREFIX, PLACEMENT_PREFIX, SILENCE_PREFIX)
 
 
 def reserved_prefix(command_id: str) -> str | None:

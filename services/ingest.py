@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,7 +30,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from adapters.dead_letters import DeadLetters, SetAside
+from adapters.dead_letters import Component, DeadLetters, SetAside
 from adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
 from services import commands as c
 from services.wire import DuplicateKey, loads
@@ -51,7 +50,6 @@ RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it n
 MAX_ATTEMPTS = 5  # times one observation's handling may fail before it is set aside
 MAX_FAILING = 10_000  # observations whose failures are counted at once; beyond, counts restart
 _ID_UNSAFE = re.compile(r"[^-_.:A-Za-z0-9]")
-COMPONENT = "ingest"  # what the dead letters are filed under
 WARN_EVERY = 10.0  # seconds between two warnings that one cluster is over its rate
 
 
@@ -123,43 +121,55 @@ class RateLimit:
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
-    at: float
-    waiting: float = 0.0  # about how many of the cluster's reports wait: drained at the rate
-
-
-def _uniform(most: float) -> float:
-    return random.uniform(0.0, most)
+    at: float  # when `tokens` was counted; in the future while reports wait their turn
+    last_due: float = 0.0  # when the cluster's last report told to wait has its turn
 
 
 @dataclass
 class Buckets:
-    """A token bucket per cluster. A report that finds its cluster's bucket empty is told how
-    long to wait: until its cluster has a token, plus a random part of the time the reports
-    already waiting take at the rate. Spread so, a backlog comes back about as fast as it may
-    be handled, not all at once to be turned away again."""
+    """A token bucket per cluster that keeps each cluster's reports in their order (not every
+    report carries the cluster's `version`: a late inventory would undo a newer one). A report
+    that finds its cluster's bucket empty, or earlier reports of its cluster still waiting, is
+    given a turn `1/rate` after the last one waiting, and its token is kept for that turn. It is
+    offered again then (no later than `max_delay` from now, and told to wait again if that is
+    before its turn), so a backlog comes back in order, at the rate, not all at once."""
 
     limit: RateLimit = field(default_factory=RateLimit)
     clock: Callable[[], float] = time.monotonic
-    jitter: Callable[[float], float] = _uniform  # a random delay from 0 to the given seconds
     max_clusters: int = 100_000
+    max_waiting: int = 1_000_000  # reports whose turn is remembered; the consumer's window
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
+    _turns: dict[str, float] = field(default_factory=dict)  # msg id -> its turn
 
-    def take(self, cluster_id: str, behind: bool = False) -> float:
-        """0: handle it now (a token is taken). Else the seconds until it may be offered again.
-        `behind`: an earlier report of this cluster was just told to wait, so this one waits
-        too."""
-        rate, now = self.limit.rate, self.clock()
+    def take(self, cluster_id: str, msg_id: str) -> float:
+        """0: handle it now. Else the seconds until it is to be offered again."""
+        now = self.clock()
         bucket = self._bucket(cluster_id, now)
-        elapsed, bucket.at = now - bucket.at, now
-        bucket.tokens = min(self.limit.burst, bucket.tokens + elapsed * rate)
-        bucket.waiting = max(0.0, bucket.waiting - elapsed * rate)
-        if bucket.tokens >= 1 and not behind:
+        turn = self._turns.get(msg_id)
+        if turn is not None:
+            if turn > now:  # offered early (a delay was capped): not its turn yet
+                return min(self.limit.max_delay, turn - now)
+            del self._turns[msg_id]
+            return 0.0
+        bucket.tokens = min(
+            self.limit.burst, bucket.tokens + max(0.0, now - bucket.at) * self.limit.rate
+        )
+        bucket.at = max(bucket.at, now)
+        if bucket.tokens >= 1 and bucket.last_due <= now:
             bucket.tokens -= 1
             return 0.0
-        bucket.waiting += 1
-        until_token = max(1 - bucket.tokens, 1) / rate
-        spread = self.jitter(min(self.limit.max_delay, bucket.waiting / rate))
-        return min(self.limit.max_delay, until_token + spread)
+        return self._wait(bucket, msg_id, now)
+
+    def _wait(self, bucket: _Bucket, msg_id: str, now: float) -> float:
+        """Give the report the next turn after its cluster's last one; its token is spent then
+        (the bucket counts again only from that turn on)."""
+        turn = max(now, bucket.last_due, bucket.at) + (1 - min(bucket.tokens, 1)) / self.limit.rate
+        bucket.last_due = bucket.at = turn
+        bucket.tokens = 0.0
+        if len(self._turns) >= self.max_waiting:
+            self._turns.clear()  # forgotten turns are asked for again: after the last, in order
+        self._turns[msg_id] = turn
+        return min(self.limit.max_delay, turn - now)
 
     def _bucket(self, cluster_id: str, now: float) -> _Bucket:
         bucket = self._buckets.get(cluster_id)
@@ -255,7 +265,7 @@ class Intake:
         waiting: dict[str, int] = {}
         for delivery in batch:
             cluster_id = _cluster_of(delivery.subject)
-            delay = self.buckets.take(cluster_id, behind=cluster_id in waiting)
+            delay = self.buckets.take(cluster_id, delivery.msg_id)
             if delay:
                 waiting[cluster_id] = waiting.get(cluster_id, 0) + 1
                 self.deferred += 1
@@ -286,7 +296,7 @@ class Intake:
 
     async def _set_aside(self, delivery: Delivery, reason: str) -> None:
         await self.dead.set_aside(
-            COMPONENT, reason, delivery.subject, delivery.data, msg_id=delivery.msg_id
+            Component.INGEST, reason, delivery.subject, delivery.data, msg_id=delivery.msg_id
         )
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from services.commands import Command, SetClusterReachability
+from services.commands import SILENCE_PREFIX, Command, SetClusterReachability
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ class Liveness:
 
     async def _mark_unreachable(self, cluster: str) -> None:
         command = SetClusterReachability(
-            command_id=f"silence-{cluster}-{time.time_ns()}", cluster_id=cluster, reachable=False
+            command_id=f"{SILENCE_PREFIX}{cluster}-{time.time_ns()}",
+            cluster_id=cluster,
+            reachable=False,
         )
         reply = await self._execute(command)
         if reply.get("ok"):

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from adapters.checkpoints import Checkpoint, CheckpointStore
-from adapters.dead_letters import DeadLetters
+from adapters.dead_letters import Component, DeadLetters
 from adapters.nats_bus import POSITION_HEADER, OutMessage, StreamMessage, Unpublishable
 from adapters.store import Notification, StoreThread
 from domain.subjects import key_subject
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVENTS = 20_000
 CHECKPOINT_SECONDS = 10.0
 READ_PAGE = 5_000
-DEAD_COMPONENT = "projector"
 
 
 def envelope_problem(event: Any) -> str | None:
@@ -179,7 +178,7 @@ class Projector:
                 await self._sink.latest(name, key, payload, position)
             except Unpublishable as e:  # its change fitted, its KV entry (a few bytes more) not
                 reason = f"{name} {key!r}: KV entry: {e}"
-                await self.dead_letters.set_aside(DEAD_COMPONENT, reason, name, payload or b"")
+                await self.dead_letters.set_aside(Component.PROJECTOR, reason, name, payload or b"")
         await self._sink.flush()  # the changes are stored before the progress that covers them
         if self._event_time is not None:  # else nothing was folded yet: no progress to tell
             await self._sink.progress(
@@ -257,7 +256,7 @@ class Projector:
         event_id = message.headers.get("Nats-Msg-Id") or str(message.seq)
         msg_id = f"{event_id}:{key_subject(part)}" if part else event_id
         await self.dead_letters.set_aside(
-            DEAD_COMPONENT, reason, message.subject, message.data, message.headers, msg_id
+            Component.PROJECTOR, reason, message.subject, message.data, message.headers, msg_id
         )
 
     def _due(self) -> bool:

@@ -38,12 +38,18 @@ from typing import Any
 
 import orjson
 
-from adapters.dead_letters import SetAside
+from adapters.dead_letters import Component, SetAside
 from adapters.store import Notification
 from domain import subjects
 from domain.admission import Decision, Ledger, Placement
 from domain.base import split_id
-from services.commands import Command, DecideAdmission, PlaceWorkload
+from services.commands import (
+    ADMISSION_PREFIX,
+    PLACEMENT_PREFIX,
+    Command,
+    DecideAdmission,
+    PlaceWorkload,
+)
 from services.hub import Chain
 from services.projector import READ_PAGE
 from services.relay import event_type
@@ -223,7 +229,9 @@ class Scheduler:
     async def _hand_aside(self) -> None:
         aside, self._aside = self._aside, []
         for reason, subject, data, msg_id in aside:
-            await self._dead_letters.set_aside("scheduler", reason, subject, data, msg_id=msg_id)
+            await self._dead_letters.set_aside(
+                Component.SCHEDULER, reason, subject, data, msg_id=msg_id
+            )
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -281,12 +289,14 @@ class Scheduler:
         decide for after the placements the hub made, with their correlation ids."""
         commands: list[Command] = [
             DecideAdmission.of(
-                d, self._command_id("admission", d), correlations.get(d.deployment_id)
+                d, self._command_id(ADMISSION_PREFIX, d), correlations.get(d.deployment_id)
             )
             for d in decisions
         ]
         placing: list[Command] = [
-            PlaceWorkload.of(p, self._command_id("placement", p), self._moved.get(p.workload_id))
+            PlaceWorkload.of(
+                p, self._command_id(PLACEMENT_PREFIX, p), self._moved.get(p.workload_id)
+            )
             for p, _ in placements
         ]
         replies, placed = await asyncio.gather(
@@ -326,10 +336,10 @@ class Scheduler:
         await self._hand_aside()
         raise Refused(f"{decision.deployment_id}: admission was refused ({error.get('code')})")
 
-    def _command_id(self, kind: str, what: Decision | Placement) -> str:
+    def _command_id(self, prefix: str, what: Decision | Placement) -> str:
         # the same decision at the same position (resent after a restart) is the same command
         digest = hashlib.sha256(orjson.dumps(dataclasses.astuple(what))).hexdigest()[:24]
-        return f"{kind}-{self.ledger.position}-{digest}"
+        return f"{prefix}{self.ledger.position}-{digest}"
 
     def _ran(self, command: Command | None, reply: dict[str, Any]) -> bool:
         """Whether the hub made it; if so, remember the events it recorded, which the ledger

@@ -107,28 +107,33 @@ async def test_a_report_the_hub_cannot_handle_now_is_offered_again_not_set_aside
 
 def test_a_bucket_lets_a_burst_through_then_the_rate() -> None:
     clock = Clock()
-    buckets = Buckets(RateLimit(rate=10, burst=3), clock, jitter=lambda most: 0.0)
-    assert [buckets.take("east") for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert buckets.take("east") == 0.1  # one token takes a tenth of a second
-    assert buckets.take("west") == 0.0  # another cluster has its own bucket
+    buckets = Buckets(RateLimit(rate=10, burst=3), clock)
+    assert [buckets.take("east", f"e{n}") for n in range(3)] == [0.0, 0.0, 0.0]
+    assert buckets.take("east", "e3") == 0.1  # its turn: when a token is due
+    assert buckets.take("west", "w0") == 0.0  # another cluster has its own bucket
     clock.now = 0.1
-    assert buckets.take("east") == 0.0
+    assert buckets.take("east", "e3") == 0.0  # back on its turn, with its token kept
+    assert buckets.take("east", "e4") == 0.1  # the next one counts from there
 
 
-def test_waiting_reports_spread_over_the_time_the_backlog_takes_and_never_too_long() -> None:
+def test_waiting_reports_keep_their_order_and_come_back_on_their_turns() -> None:
     clock = Clock()
-    buckets = Buckets(RateLimit(rate=10, burst=1, max_delay=0.5), clock, jitter=lambda most: most)
-    assert buckets.take("east") == 0.0
-    delays = [round(buckets.take("east"), 3) for _ in range(6)]
-    # a token in 0.1 s, plus (at most) the time the reports waiting before it take
-    assert delays == [0.2, 0.3, 0.4, 0.5, 0.5, 0.5]
+    buckets = Buckets(RateLimit(rate=10, burst=1, max_delay=0.35), clock)
+    assert buckets.take("east", "e0") == 0.0
+    delays = [round(buckets.take("east", f"e{n}"), 3) for n in range(1, 6)]
+    assert delays == [0.1, 0.2, 0.3, 0.35, 0.35]  # a turn each, never offered later than 0.35 s
+    clock.now = 0.35  # e4 and e5 come back early (their delay was capped): not their turn yet
+    assert round(buckets.take("east", "e5"), 3) == 0.15
+    assert round(buckets.take("east", "e4"), 3) == 0.05
+    assert buckets.take("east", "new") > 0.15  # a new report waits behind all of them
+    assert [buckets.take("east", f"e{n}") for n in (1, 2, 3)] == [0.0, 0.0, 0.0]
     clock.now = 10.0  # the backlog has drained and the bucket refilled
-    assert buckets.take("east") == 0.0
+    assert buckets.take("east", "later") == 0.0
 
 
 async def test_a_runaway_cluster_waits_in_order_while_another_goes_through() -> None:
     hub, dead, east, west = Hub(), DeadLetters(), Settled(), Settled()
-    buckets = Buckets(RateLimit(rate=100, burst=2), Clock(), jitter=lambda most: most)
+    buckets = Buckets(RateLimit(rate=100, burst=2), Clock())
     batch = [delivery("east", "heartbeat", HEARTBEAT, n, east) for n in range(5)]
     batch.insert(3, delivery("west", "heartbeat", HEARTBEAT, 9, west))
     await intake(hub, dead, buckets).handle(batch)
