@@ -10,9 +10,15 @@ from pathlib import Path
 from adapters.nats_auth import Credentials, credentials_from_env
 from services.commands import OBSERVATION_PREFIX
 
+_YES = {"1", "true", "yes", "on"}
+_NO = {"0", "false", "no", "off"}
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+def _flag(env: dict[str, str], variable: str, default: bool = False) -> bool:
+    """A switch: unset keeps its default, and only a clear word for the other answer turns it
+    (so a switch that is on stays on unless told 0, false, no or off)."""
+    text = (env.get(variable) or "").strip().lower()
+    return text not in _NO if default else text in _YES
 
 
 MIN_TOKEN = 16
@@ -32,20 +38,22 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def _number(env: dict[str, str], variable: str, default: float, low: float, high: float) -> float:
+    """A number from `low` to `high`; unset or empty keeps the default."""
     text = env.get(variable) or str(default)
     try:
         value = float(text)
     except ValueError:
-        value = low - 1
+        value = low - 1  # refused below, with the same message as one out of range
     if not low <= value <= high:
         raise ValueError(f"{variable} must be a number from {low:g} to {high:g}, not {text!r}")
     return value
 
 
-def _count(env: dict[str, str], variable: str, default: int) -> int:
+def _whole(env: dict[str, str], variable: str, default: int, least: int = 1) -> int:
+    """A whole number of at least `least`; unset or empty keeps the default."""
     text = env.get(variable) or str(default)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{variable} must be a whole number of at least 1, not {text!r}")
+    if not text.isdigit() or int(text) < least:
+        raise ValueError(f"{variable} must be a whole number of at least {least}, not {text!r}")
     return int(text)
 
 
@@ -57,6 +65,14 @@ def _sweep(env: dict[str, str]) -> float:
     if 0 < seconds < 0.1:
         raise ValueError(f"{variable} must be 0 (off) or from 0.1 to 3600 seconds, not {seconds:g}")
     return seconds
+
+
+def _replicas(env: dict[str, str]) -> int:
+    """WINGSMITH_STREAM_REPLICAS: an odd count, so a JetStream cluster keeps a quorum."""
+    text = env.get("WINGSMITH_STREAM_REPLICAS") or "1"
+    if text not in {"1", "3", "5"}:
+        raise ValueError(f"WINGSMITH_STREAM_REPLICAS must be 1, 3 or 5, not {text!r}")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -72,7 +88,7 @@ class HealthLimits:
     @classmethod
     def from_env(cls, env: dict[str, str]) -> HealthLimits:
         def lag(name: str, default: int) -> int:
-            return _count(env, f"WINGSMITH_HEALTH_{name}_LAG", default)
+            return _whole(env, f"WINGSMITH_HEALTH_{name}_LAG", default)
 
         return cls(
             relay_lag=lag("RELAY", cls.relay_lag),
@@ -103,29 +119,19 @@ def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
     return tokens
 
 
-def _positive(env: dict[str, str], variable: str, default: float, most: float) -> float:
-    text = env.get(variable) or str(default)
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 1 <= value <= most:
-        raise ValueError(f"{variable} must be a number from 1 to {most:g}, not {text!r}")
-    return value
-
-
 _SIZE = re.compile(r"^(WINGSMITH_[A-Z]+)=([0-9]+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
-def _stream_sizes(text: str) -> dict[str, int]:
+def _stream_sizes(env: dict[str, str]) -> dict[str, int]:
     """`WINGSMITH_EVENTS=16G,WINGSMITH_PROJ=4G`: each stream's size limit, in bytes."""
+    variable = "WINGSMITH_STREAM_MAX_BYTES"
     sizes: dict[str, int] = {}
-    for entry in (e.strip() for e in text.split(",") if e.strip()):
+    for entry in (e.strip() for e in env.get(variable, "").split(",") if e.strip()):
         found = _SIZE.match(entry)
         if found is None or int(found[2]) == 0:
             raise ValueError(
-                f"WINGSMITH_STREAM_MAX_BYTES: {entry!r} is not STREAM=SIZE "
+                f"{variable}: {entry!r} is not STREAM=SIZE "
                 "(e.g. WINGSMITH_EVENTS=16G; K, M or G, or bytes)"
             )
         sizes[found[1]] = int(found[2]) * _UNITS[found[3]]
@@ -164,45 +170,29 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ) if env is None else env
-        max_bytes = env.get("WINGSMITH_MAX_COMMAND_BYTES", str(64 * 1024))
-        if not max_bytes.isdigit() or int(max_bytes) < 1024:
-            raise ValueError("WINGSMITH_MAX_COMMAND_BYTES must be an integer of at least 1024")
-        replicas = env.get("WINGSMITH_STREAM_REPLICAS", "1")
-        if replicas not in {"1", "3", "5"}:
-            raise ValueError("WINGSMITH_STREAM_REPLICAS must be 1, 3 or 5")
-        silence = env.get("WINGSMITH_CLUSTER_SILENCE", "30")
-        try:
-            cluster_silence = float(silence)
-        except ValueError:
-            cluster_silence = 0.0
-        if not 1 <= cluster_silence <= 86_400:
-            raise ValueError("WINGSMITH_CLUSTER_SILENCE must be a number of seconds, 1 to 86400")
-        sync_every = _number(env, "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0, 0.1, 86_400)
         return cls(
-            observation_rate=_positive(env, "WINGSMITH_OBS_RATE", 200.0, 1_000_000),
-            observation_burst=_positive(env, "WINGSMITH_OBS_BURST", 5000.0, 10_000_000),
-            stream_max_bytes=_stream_sizes(env.get("WINGSMITH_STREAM_MAX_BYTES", "")),
+            observation_rate=_number(env, "WINGSMITH_OBS_RATE", 200.0, 1, 1_000_000),
+            observation_burst=_number(env, "WINGSMITH_OBS_BURST", 5000.0, 1, 10_000_000),
+            stream_max_bytes=_stream_sizes(env),
             nats_url=env.get("WINGSMITH_NATS_URL") or None,
             store_url=env.get("WINGSMITH_STORE") or None,
             data_dir=data_dir_from(env),
-            max_command_bytes=int(max_bytes),
-            operator_read_only=_flag(env.get("HANGAR_OPERATOR_READ_ONLY")),
-            relay=not _flag(env.get("WINGSMITH_NO_RELAY")),
-            projector=(env.get("WINGSMITH_PROJECTOR") or "true").lower()
-            not in {"0", "false", "no", "off"},
-            admission=(env.get("WINGSMITH_ADMISSION") or "true").lower()
-            not in {"0", "false", "no", "off"},
-            stream_replicas=int(replicas),
-            cluster_silence=cluster_silence,
+            max_command_bytes=_whole(env, "WINGSMITH_MAX_COMMAND_BYTES", 64 * 1024, 1024),
+            operator_read_only=_flag(env, "HANGAR_OPERATOR_READ_ONLY"),
+            relay=not _flag(env, "WINGSMITH_NO_RELAY"),
+            projector=_flag(env, "WINGSMITH_PROJECTOR", default=True),
+            admission=_flag(env, "WINGSMITH_ADMISSION", default=True),
+            stream_replicas=_replicas(env),
+            cluster_silence=_number(env, "WINGSMITH_CLUSTER_SILENCE", 30.0, 1, 86_400),
             intake_max_lag=_number(env, "WINGSMITH_INTAKE_MAX_LAG", 0.25, 0.01, 3_600),
-            operator_sync_every=sync_every,
+            operator_sync_every=_number(env, "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0, 0.1, 86_400),
             nats_credentials=credentials_from_env(env),
             api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
             api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),
             api_read_tokens=_tokens(env, "WINGSMITH_API_READ_TOKENS"),
             api_header_timeout=_number(env, "WINGSMITH_API_HEADER_TIMEOUT", 10, 0.1, 3600),
             api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 15, 0.1, 3600),
-            api_max_connections=_count(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
+            api_max_connections=_whole(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
             consumer_sweep=_sweep(env),
             health=HealthLimits.from_env(env),
             checkpoint_seconds=_number(env, "WINGSMITH_CHECKPOINT_SECONDS", 10.0, 0.1, 86_400),

@@ -48,3 +48,58 @@ def test_the_intake_bound_has_a_default_is_read_and_refused_when_bad() -> None:
     for bad in ("0", "later", "-2"):
         with pytest.raises(ValueError, match="WINGSMITH_INTAKE_MAX_LAG"):
             Settings.from_env({"WINGSMITH_INTAKE_MAX_LAG": bad})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WINGSMITH_MAX_COMMAND_BYTES", "1023"),
+        ("WINGSMITH_MAX_COMMAND_BYTES", "64k"),
+        ("WINGSMITH_CLUSTER_SILENCE", "0.5"),
+        ("WINGSMITH_CLUSTER_SILENCE", "soon"),
+        ("WINGSMITH_OBS_RATE", "0"),
+        ("WINGSMITH_OBS_BURST", "1e8"),
+        ("WINGSMITH_OPERATOR_SYNC_EVERY", "0"),
+        ("WINGSMITH_STREAM_REPLICAS", "2"),
+    ],
+)
+def test_a_bad_number_is_refused_naming_its_variable_and_value(variable: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"^{variable} must be .*, not '{value}'$"):
+        Settings.from_env({variable: value})
+
+
+def test_numbers_are_read_and_default() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.max_command_bytes, defaults.cluster_silence) == (64 * 1024, 30.0)
+    assert (defaults.observation_rate, defaults.observation_burst) == (200.0, 5000.0)
+    settings = Settings.from_env(
+        {
+            "WINGSMITH_MAX_COMMAND_BYTES": "1024",
+            "WINGSMITH_CLUSTER_SILENCE": "2.5",
+            "WINGSMITH_OBS_RATE": "1",
+            "WINGSMITH_OBS_BURST": "10000000",
+            "WINGSMITH_STREAM_REPLICAS": "3",
+        }
+    )
+    assert (settings.max_command_bytes, settings.cluster_silence) == (1024, 2.5)
+    assert (settings.observation_rate, settings.observation_burst) == (1.0, 10_000_000.0)
+    assert settings.stream_replicas == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [(None, True), ("", True), ("false", False), (" OFF ", False), ("0", False), ("maybe", True)],
+)
+def test_a_switch_that_is_on_stays_on_unless_told_off(value: str | None, on: bool) -> None:
+    env = {} if value is None else {"WINGSMITH_PROJECTOR": value, "WINGSMITH_ADMISSION": value}
+    settings = Settings.from_env(env)
+    assert (settings.projector, settings.admission) == (on, on)
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [(None, False), ("", False), ("true", True), ("Yes", True), ("maybe", False)]
+)
+def test_a_switch_that_is_off_stays_off_unless_told_on(value: str | None, on: bool) -> None:
+    env = {} if value is None else {"WINGSMITH_NO_RELAY": value, "HANGAR_OPERATOR_READ_ONLY": value}
+    settings = Settings.from_env(env)
+    assert (settings.relay, settings.operator_read_only) == (not on, on)
