@@ -124,7 +124,13 @@ _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def _stream_sizes(env: dict[str, str]) -> dict[str, int]:
-    """`WINGSMITH_EVENTS=16G,WINGSMITH_PROJ=4G`: each stream's size limit, in bytes."""
+    """`WINGSMITH_EVENTS=16G,WINGSMITH_PROJ=4G`: each stream's size limit, in bytes. A name that
+    is no stream's is refused: a misspelt one would otherwise leave its stream at the default."""
+    # Imported here, not above: the CLI's HTTP client reads this module's file names and has
+    # no use for the NATS client that adapters.nats_bus brings in.
+    from adapters.nats_bus import STREAMS
+
+    streams = [config.name or "" for config in STREAMS]
     variable = "WINGSMITH_STREAM_MAX_BYTES"
     sizes: dict[str, int] = {}
     for entry in (e.strip() for e in env.get(variable, "").split(",") if e.strip()):
@@ -133,6 +139,10 @@ def _stream_sizes(env: dict[str, str]) -> dict[str, int]:
             raise ValueError(
                 f"{variable}: {entry!r} is not STREAM=SIZE "
                 "(e.g. WINGSMITH_EVENTS=16G; K, M or G, or bytes)"
+            )
+        if found[1] not in streams:
+            raise ValueError(
+                f"{variable}: {found[1]!r} is no stream; the streams are {', '.join(streams)}"
             )
         sizes[found[1]] = int(found[2]) * _UNITS[found[3]]
     return sizes

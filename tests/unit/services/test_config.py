@@ -50,6 +50,28 @@ def test_the_intake_bound_has_a_default_is_read_and_refused_when_bad() -> None:
             Settings.from_env({"WINGSMITH_INTAKE_MAX_LAG": bad})
 
 
+def test_a_size_for_a_stream_that_does_not_exist_is_refused_naming_the_streams() -> None:
+    with pytest.raises(ValueError) as refused:
+        Settings.from_env({"WINGSMITH_STREAM_MAX_BYTES": "WINGSMITH_EVENTS=1G,WINGSMITH_EVENT=16G"})
+    message = str(refused.value)
+    assert message.startswith("WINGSMITH_STREAM_MAX_BYTES: 'WINGSMITH_EVENT' is no stream")
+    for stream in ("WINGSMITH_EVENTS", "WINGSMITH_RENDER", "WINGSMITH_OBS", "WINGSMITH_PROJ"):
+        assert stream in message
+
+
+def test_every_stream_may_be_sized() -> None:
+    text = "WINGSMITH_EVENTS=1G,WINGSMITH_RENDER=2M,WINGSMITH_OBS=3K,WINGSMITH_PROJ=4"
+    text += ",WINGSMITH_DEAD=5G"
+    sizes = Settings.from_env({"WINGSMITH_STREAM_MAX_BYTES": text}).stream_max_bytes
+    assert sizes == {
+        "WINGSMITH_EVENTS": 1024**3,
+        "WINGSMITH_RENDER": 2 * 1024**2,
+        "WINGSMITH_OBS": 3 * 1024,
+        "WINGSMITH_PROJ": 4,
+        "WINGSMITH_DEAD": 5 * 1024**3,
+    }
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
