@@ -485,12 +485,28 @@ def _renamed_when_recreated(sub: JetStreamContext.PushSubscription) -> None:
     if state is None:
         raise TypeError("not a JetStream subscription")
     recreate = state.recreate_consumer
+    recreating: set[asyncio.Task[Any]] = set()  # nats-py's own tasks: `_close_ordered` ends them
 
     async def recreate_renamed() -> None:
-        state._ccreq.name = _reader_name()
-        await recreate()
+        task = asyncio.current_task()
+        if task is not None:
+            recreating.add(task)
+        try:
+            state._ccreq.name = _reader_name()
+            await recreate()
+        finally:
+            recreating.discard(task)
 
     setattr(state, "recreate_consumer", recreate_renamed)  # noqa: B010  # one instance only
+    setattr(state, "wingsmith_recreating", recreating)  # noqa: B010
+
+
+async def _close_ordered(sub: JetStreamContext.PushSubscription) -> None:
+    """Unsubscribe an ordered consumer, and end a recreation of it nats-py may have started."""
+    with contextlib.suppress(nats.errors.ConnectionClosedError):
+        await sub.unsubscribe()
+    for task in list(getattr(sub._sub._jsi, "wingsmith_recreating", ())):
+        await cancel_and_wait(task)
 
 
 async def read_stream(
@@ -521,8 +537,7 @@ async def read_stream(
             if not follow and msg.metadata.num_pending == 0:
                 return
     finally:
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
-            await sub.unsubscribe()
+        await _close_ordered(sub)
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
@@ -555,8 +570,7 @@ async def event_batches(
             if messages:
                 yield messages
     finally:
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
-            await sub.unsubscribe()
+        await _close_ordered(sub)
 
 
 PROGRESS_BUCKET = "wingsmith_projector"
