@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ACCOUNT = "WINGSMITH"
-RENDER_STREAM = "WINGSMITH_RENDER"  # the names of adapters.nats_bus's contract, kept in step
+RENDER_STREAM = "WINGSMITH_RENDER"  # the contract's names the permissions need (nats_bus uses them)
 OBS_STREAM = "WINGSMITH_OBS"
 RENDER_PREFIX = "wingsmith.render"
 OBS_PREFIX = "wingsmith.obs"

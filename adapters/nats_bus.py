@@ -40,6 +40,10 @@ from nats.nuid import NUID
 from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from adapters.nats_auth import (
     HUB_CONSUMER,
+    OBS_PREFIX,
+    OBS_STREAM,
+    RENDER_PREFIX,
+    RENDER_STREAM,
     operator_consumer,
     operator_inbox_prefix,
     render_filter,
@@ -51,15 +55,20 @@ log = logging.getLogger(__name__)
 
 Connection = Client
 NatsError = nats.errors.Error  # what the command line reports without a traceback
-__all__ = ["Connection", "NatsError", "Subscription"]  # re-exported for the wiring
+# re-exported for the wiring; the names the server's permissions need live in nats_auth
+__all__ = [
+    "OBS_PREFIX",
+    "OBS_STREAM",
+    "RENDER_PREFIX",
+    "RENDER_STREAM",
+    "Connection",
+    "NatsError",
+    "Subscription",
+]
 
 EVENTS_STREAM = "WINGSMITH_EVENTS"
 VIEWS_STREAM = "WINGSMITH_PROJ"
 VIEWS_PREFIX = "wingsmith.proj"
-RENDER_STREAM = "WINGSMITH_RENDER"
-RENDER_PREFIX = "wingsmith.render"
-OBS_STREAM = "WINGSMITH_OBS"
-OBS_PREFIX = "wingsmith.obs"
 POSITION_HEADER = "Wingsmith-Position"
 
 # Limits of every stream (docs/nats.md#limits). Each is a backstop sized so that nothing the

@@ -108,6 +108,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             relay = Relay(store, publisher)
             backpressure = Backpressure(Backlog(), max_lag=settings.intake_max_lag)
             on_committed = _both(relay.feed, backpressure.backlog.committed)
+            # the follower clients wait for: the scheduler when it runs (set below), else the relay
             backpressure.backlog.handled = lambda: relay.position if relay else 0
             if settings.projector:
                 projector = await stack.enter_async_context(supervised_projector(url, settings))
