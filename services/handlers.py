@@ -347,12 +347,14 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
             replicas[name] = replica
     known = {n: Known(r.ready, r.terminated, r.observed_version) for n, r in replicas.items()}
     plan = reconcile(known, {n: r.state == "ready" for n, r in reported.items()}, cmd.version)
-    for name in plan.record:  # as a replica report's: devices only of nodes the cluster has
-        _check_devices(repo, reported[name], cmd.cluster_id)
+    skipped = _unrecordable(repo, cmd.cluster_id, [reported[name] for name in plan.record])
     for name in plan.terminate:
         _terminate(repo, deployment.key, replicas[name], cause)
     for name in plan.record:
-        replicas[name] = _record_replica(repo, deployment.key, reported[name], cmd.version, cause)
+        if name not in skipped:
+            replicas[name] = _record_replica(
+                repo, deployment.key, reported[name], cmd.version, cause
+            )
     for name in plan.ready:
         replicas[name].mark_ready(cause, version=cmd.version)
     for name in plan.not_ready:
@@ -370,9 +372,22 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
     return {
         "deployment_id": deployment.key,
         "terminated": list(plan.terminate),
-        "recorded": list(plan.record),
+        "recorded": [name for name in plan.record if name not in skipped],
+        "skipped": skipped,
         "admission_phase": deployment.admission_phase.value,
     }
+
+
+def _unrecordable(repo: Repository, cluster_id: str, pods: list[c.SyncedReplica]) -> dict[str, str]:
+    """The missed pods a replica report would be refused for (devices on a node the cluster has
+    not reported, say), with why: they are left out, and the rest of the sync still holds."""
+    skipped: dict[str, str] = {}
+    for pod in pods:
+        try:
+            _check_devices(repo, pod, cluster_id)
+        except InvalidValue as e:
+            skipped[pod.pod] = str(e)
+    return skipped
 
 
 def _record_replica(

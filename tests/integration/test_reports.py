@@ -108,7 +108,6 @@ BAD: list[tuple[str, dict[str, Any] | bytes, str]] = [  # kind, body, the reason
     ("inventory", b'{"cluster_id": "east", "nodes": [], "nodes": []}', "nodes: key 'nodes'"),
     ("sync", SYNC | {"replicas": [SYNCED | {"pod": "llama worker 0"}]}, "replicas.0.pod: 'llama"),
     ("sync", SYNC | {"replicas": [SYNCED, SYNCED]}, "replicas: 'llama-worker-0' is listed"),
-    ("sync", SYNC | {"replicas": [SYNCED | {"node_id": "gpu-9"}]}, "node_id: node 'gpu-9' is not"),
 ]
 
 

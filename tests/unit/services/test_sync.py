@@ -9,7 +9,6 @@ from typing import Any
 import orjson
 import pytest
 
-from domain.base import DomainError
 from domain.replica import Replica, Roster
 from services import commands as c
 from services.handlers import observe_replica, observe_sync
@@ -71,10 +70,16 @@ def test_replicas_the_cluster_never_kept_are_terminated_and_missed_ones_recorded
     assert types(repo.get(Roster, "chat--east")) == ["RosterLeft", "RosterJoined"]
 
 
-def test_a_missed_pod_on_a_node_the_cluster_never_reported_is_refused() -> None:
-    repo, _ = given_replicas(("chat-0", "ready", 3))
-    with pytest.raises(DomainError, match="node 'n9'"):
-        observe_sync(repo, sync(pod("chat-0"), pod("chat-9", node_id="n9", device="X")), cluster())
+def test_a_missed_pod_on_a_node_the_cluster_never_reported_is_left_out_and_the_rest_holds() -> None:
+    """As a replica report for it would be refused; one such pod (a node not reported yet, or
+    not labelled with its GPUs) must not keep the deployment's other replicas from healing."""
+    repo, _ = given_replicas(("chat-0", "ready", 3), ("chat-1", "ready", 4))
+    result = observe_sync(
+        repo, sync(pod("chat-0"), pod("chat-9", node_id="n9", device="X")), cluster()
+    )
+    assert live(repo) == {"chat-0"}  # chat-1 is gone from the cluster: terminated all the same
+    assert repo.get(Replica, "chat--east--chat-9") is None
+    assert result["recorded"] == [] and "node 'n9'" in result["skipped"]["chat-9"]
 
 
 def test_a_sync_that_agrees_records_nothing() -> None:
