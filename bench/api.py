@@ -92,9 +92,7 @@ async def run(nc: nats_bus.Connection, http: httpx.AsyncClient, requests: int) -
 
     async def raw(i: int) -> None:
         body = {"command_id": f"raw-{i}", "workload_id": "w0", "replicas": 2 + i % 2}
-        reply = await nats_bus.request(
-            nc, "wingsmith.cmd.workload.scale", orjson.dumps(body), 10.0
-        )
+        reply = await nats_bus.request(nc, "wingsmith.cmd.workload.scale", orjson.dumps(body), 10.0)
         assert orjson.loads(reply)["ok"]
 
     async def api(i: int) -> None:

@@ -111,8 +111,10 @@ def pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name, "namespace": namespace,
-            "labels": dict(labels or {}), "annotations": dict(annotations or {}),
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
         },
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
         "status": {

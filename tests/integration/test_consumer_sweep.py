@@ -130,9 +130,7 @@ async def own_durable(nc: Client, stream: str, name: str, subjects: str) -> None
 
 
 @pytest.mark.parametrize("reader", ["cli", "api", "viewer"])
-async def test_a_readers_own_durable_is_deleted_and_nothing_else(
-    world: World, reader: str
-) -> None:
+async def test_a_readers_own_durable_is_deleted_and_nothing_else(world: World, reader: str) -> None:
     hubs = await world.until_created(OBS, HUB_CONSUMER)
     easts = await world.until_created(RENDER, "operator-east")
     nc = await world.login(reader)
