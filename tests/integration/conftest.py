@@ -17,6 +17,8 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from adapters import nats_auth
+from adapters.nats_auth import Credentials
 from adapters.nats_server import EmbeddedNatsServer
 from adapters.store import EventStore, Notification, store_env
 from services.bootstrap import Hub, running_hub
@@ -29,6 +31,27 @@ LLAMA = {
     "engine_version": "0.9.2",
     "devices_per_replica": 1,
 }
+
+# Every role's password on a server with users (adapters/nats_auth.py), east and west operating.
+PASSWORDS = {
+    "hub": "hub-pw",
+    "operator-east": "east-pw",
+    "operator-west": "west-pw",
+    "cli": "cli-pw",
+    "api": "api-pw",
+    "viewer": "viewer-pw",
+}
+
+
+def roles_config() -> str:
+    """The nats-server configuration of a fleet with a user for every role."""
+    return nats_auth.server_config(
+        Credentials("hub", PASSWORDS["hub"]),
+        {"east": PASSWORDS["operator-east"], "west": PASSWORDS["operator-west"]},
+        client=Credentials("cli", PASSWORDS["cli"]),
+        api=Credentials("api", PASSWORDS["api"]),
+        viewer=Credentials("viewer", PASSWORDS["viewer"]),
+    )
 
 
 @pytest.fixture

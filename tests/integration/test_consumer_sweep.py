@@ -26,14 +26,8 @@ from services.bootstrap import Hub, running_hub
 from services.config import Settings
 from services.operator.runtime import OperatorOptions, run_operator
 
-PASSWORDS = {
-    "hub": "hub-pw",
-    "operator-east": "east-pw",
-    "operator-west": "west-pw",
-    "cli": "cli-pw",
-    "api": "api-pw",
-    "viewer": "viewer-pw",
-}
+from .conftest import PASSWORDS, roles_config
+
 EVENTS, RENDER, OBS = nats_bus.EVENTS_STREAM, nats_bus.RENDER_STREAM, nats_bus.OBS_STREAM
 SWEEP = 0.2  # seconds between sweeps: short, so that a test sees several
 VANISHED = "vanished: recreating it"  # what an operator logs when its consumer was deleted
@@ -97,13 +91,7 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[World]:
-    config = nats_auth.server_config(
-        Credentials("hub", PASSWORDS["hub"]),
-        {"east": PASSWORDS["operator-east"], "west": PASSWORDS["operator-west"]},
-        client=Credentials("cli", PASSWORDS["cli"]),
-        api=Credentials("api", PASSWORDS["api"]),
-        viewer=Credentials("viewer", PASSWORDS["viewer"]),
-    )
+    config = roles_config()
     async with contextlib.AsyncExitStack() as stack:
         server = await stack.enter_async_context(
             EmbeddedNatsServer(tmp_path / "nats", config=config)

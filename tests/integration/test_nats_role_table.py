@@ -34,14 +34,8 @@ from adapters.nats_auth import HUB_CONSUMER, Credentials
 from adapters.nats_server import EmbeddedNatsServer
 from services.janitor import hub_janitor
 
-PASSWORDS = {
-    "hub": "hub-pw",
-    "operator-east": "east-pw",
-    "operator-west": "west-pw",
-    "cli": "cli-pw",
-    "api": "api-pw",
-    "viewer": "viewer-pw",
-}
+from .conftest import PASSWORDS, roles_config
+
 ROLES = tuple(PASSWORDS)
 OPERATORS = {"operator-east": "east", "operator-west": "west"}
 HUB = frozenset({"hub"})
@@ -543,13 +537,7 @@ async def _is(found: Awaitable[Any]) -> bool:
 
 @pytest.fixture
 async def world(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[World]:
-    config = nats_auth.server_config(
-        Credentials("hub", PASSWORDS["hub"]),
-        {"east": PASSWORDS["operator-east"], "west": PASSWORDS["operator-west"]},
-        client=Credentials("cli", PASSWORDS["cli"]),
-        api=Credentials("api", PASSWORDS["api"]),
-        viewer=Credentials("viewer", PASSWORDS["viewer"]),
-    )
+    config = roles_config()
     async with EmbeddedNatsServer(tmp_path / "nats", config=config) as server:
         hub = await nats_bus.connect(server.url, "table-hub", user="hub", password=PASSWORDS["hub"])
         try:

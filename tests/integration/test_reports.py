@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,15 @@ BAD: list[tuple[str, dict[str, Any] | bytes, str]] = [  # kind, body, the reason
 ]
 
 
+def holds(settings: Settings, event_type: str) -> Callable[[], Awaitable[bool]]:
+    """For `wait_for`: whether the hub's store holds an event of `event_type`."""
+
+    async def stored() -> bool:
+        return any(n.topic.endswith(event_type) for n in read_store(settings.data_dir))
+
+    return stored
+
+
 async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
     nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
 ) -> None:
@@ -119,11 +128,7 @@ async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
         await seed_deployment(client)
         await report(client, "inventory", {"cluster_id": "east", "nodes": [NODE]}, "inv-1")
 
-        async def inventory_stored() -> bool:
-            notes = read_store(settings.data_dir)
-            return any(n.topic.endswith("InventoryReported") for n in notes)
-
-        await wait_for(inventory_stored, 20, "the good inventory")
+        await wait_for(holds(settings, "InventoryReported"), 20, "the good inventory")
         before = read_store(settings.data_dir)
         for n, (kind, body, _) in enumerate(BAD):
             await report(client, kind, body, f"bad-{n}")
@@ -132,11 +137,7 @@ async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
             await report(client, "heartbeat", f'{{"cluster_id": "east"{padding}}}'.encode(), "big")
         await report(client, "replica", REPLICA, "good-replica")
 
-        async def replica_stored() -> bool:
-            notes = read_store(settings.data_dir)
-            return any(n.topic.endswith("ReplicaStarted") for n in notes)
-
-        await wait_for(replica_stored, 20, "the good replica after the bad ones")
+        await wait_for(holds(settings, "ReplicaStarted"), 20, "the good replica after the bad ones")
         assert hub.relay is not None
         await hub.relay.idle()
         after = read_store(settings.data_dir)
@@ -178,11 +179,7 @@ async def test_a_projector_resuming_where_the_stream_was_cut_reads_the_gap_from_
         await report(client, "inventory", {"cluster_id": "east", "nodes": [NODE]}, "inv-1")
         await report(client, "replica", REPLICA, "replica-1")
 
-        async def replica_stored() -> bool:
-            notes = read_store(settings.data_dir)
-            return any(n.topic.endswith("ReplicaStarted") for n in notes)
-
-        await wait_for(replica_stored, 20, "the replica")
+        await wait_for(holds(settings, "ReplicaStarted"), 20, "the replica")
         assert hub.relay is not None
         await hub.relay.idle()
         # the stream's size limit discarded all but the last event before any projector ran
