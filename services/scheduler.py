@@ -66,6 +66,9 @@ RETRY_AFTER = 1.0  # seconds before a refused placement is tried again, if nothi
 BUFFER_LIMIT = 20_000  # records handed over and not folded yet; beyond, read the store
 CATCH_UP_LIMIT = 50_000  # records folded from the store before deciding, when far behind
 DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone: nothing to do
+# the hub could not act now (its store failed, another writer won, an earlier decision of the
+# pass was refused): decided again after starting over, not set aside as a refusal would be
+PASSING = frozenset({"unavailable", "conflict", "chain_broken"})
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
@@ -323,6 +326,8 @@ class Scheduler:
         if error.get("code") in DELETED:  # deleted meanwhile: its deletion released the grant
             log.info("admission of deleted %s dropped", decision.deployment_id)
             return
+        if error.get("code") in PASSING:
+            raise Refused(f"{decision.deployment_id}: not decided now ({error.get('code')})")
         self.refused[decision.deployment_id] = self.ledger.position
         reason = f"the hub refused the decision: {error.get('code')}: {error.get('message')}"
         self._aside.append(

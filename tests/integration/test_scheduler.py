@@ -286,6 +286,48 @@ async def test_a_deployment_whose_decision_the_hub_refuses_waits_and_the_others_
         await store.close()
 
 
+async def test_a_decision_the_hub_cannot_make_now_is_made_again_without_a_change(
+    tmp_path: Path,
+) -> None:
+    """`unavailable` (the store failed) is no refusal: the scheduler starts over and decides
+    the deployment again, with no event about it, and sets nothing aside."""
+    store = await StoreThread.open(store_env(None, tmp_path))
+    commands = CommandService(store, Replies(), lambda notes: None)
+    running = asyncio.create_task(commands.run())
+    await commands.execute_all(seed_commands())
+    failures = [2]  # the store fails for the first two batches of decisions
+
+    async def execute(batch: list[Command], chain: Chain | None) -> list[dict[str, Any]]:
+        if failures[0] and any(getattr(c, "deployment_id", None) for c in batch):
+            failures[0] -= 1
+            error = {"code": "unavailable", "message": "the event store failed", "details": {}}
+            return [{"ok": False, "error": error} for _ in batch]
+        return await commands.execute_all(batch, chain)
+
+    async def read(after: int, limit: int, stop: int) -> list[Notification]:
+        return await store.run(store.store.read, after, limit, None)
+
+    async def upto() -> int:
+        return int(await store.run(store.store.last_position))
+
+    letters = DeadLetters(None)
+    scheduler = Scheduler(read, execute, upto, letters)
+    following = asyncio.create_task(scheduler.run())
+    try:
+
+        async def stored() -> bool:  # the hub's record, not the ledger's own count
+            notes = await store.run(store.store.read, 0, 1000, None)
+            return any(n.topic.endswith("AdmissionDecided") for n in notes)
+
+        await wait_for(stored, 10, "llama's decision stored once the store works again")
+        assert failures == [0] and not scheduler.refused and not letters.counts
+        assert scheduler.ledger.deployments["llama--east"].phase == "admitted"
+    finally:
+        for task in (following, running):
+            await nats_bus.cancel_and_wait(task)
+        await store.close()
+
+
 def create(workload: str) -> Command:
     return CreateWorkload.model_validate(
         {
