@@ -53,9 +53,11 @@ class KindNotServed(KubeNotFound):
 
 
 class Change(NamedTuple):
-    """One informer event. SYNCED carries an empty obj: the consumer's view is now complete."""
+    """One informer event. RELISTING and SYNCED carry an empty obj: a (re)list's changes
+    follow, in key order rather than resourceVersion order, until SYNCED says the consumer's
+    view is complete again."""
 
-    type: Literal["ADDED", "MODIFIED", "DELETED", "SYNCED"]
+    type: Literal["ADDED", "MODIFIED", "DELETED", "RELISTING", "SYNCED"]
     obj: Obj
 
 
@@ -358,7 +360,8 @@ class Informer:
         """A full list replaces the view: report what appeared, changed and vanished."""
         listing = await self._kube._list(self.kind, self.namespace, self.selector)
         fresh = {_key(item): item for item in listing.get("items", []) if self._matches(item)}
-        changes = [c for item in fresh.values() if (c := self._upsert(item)) is not None]
+        changes = [Change("RELISTING", {})]
+        changes += [c for item in fresh.values() if (c := self._upsert(item)) is not None]
         for key in [k for k in self.objects if k not in fresh]:
             changes.append(Change("DELETED", self.objects.pop(key)))
         changes.append(Change("SYNCED", {}))

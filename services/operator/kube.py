@@ -226,6 +226,9 @@ class KubeBackend:
                 await self._on_change(cache, change)
 
     async def _on_change(self, cache: str, change: Change) -> None:
+        if change.type == "RELISTING":  # until SYNCED the cache mixes old and new: no sync
+            self._synced.discard(cache)
+            return
         if change.type == "SYNCED":
             self._synced.add(cache)
             if cache == "node":
@@ -329,9 +332,9 @@ class KubeBackend:
 
     def snapshot(self, only: str | None = None) -> list[Obj] | None:
         """Every deployment this operator was told of (removed ones too), or `only` that one,
-        with each worker pod it has and the status its DynamoGraphDeployment says, as of the
-        highest pod resourceVersion seen: every pod change up to it is in the cache. None until
-        the pods have been listed."""
+        with each worker pod it has, as of the highest pod resourceVersion seen: every pod
+        change up to it is in the cache. None until the pods have been listed, and while a
+        relist is being replayed."""
         if "pod" not in self._synced:
             return None
         # a removed deployment is synced while it has pods, or when asked for (its removal
@@ -346,17 +349,13 @@ class KubeBackend:
             if replica is not None and replica["state"] != "terminated":
                 del replica["deployment_id"], replica["version"]
                 pods.setdefault(deployment_id, []).append(replica)
-        statuses = {}
-        if "dgd" in self._synced:
-            for dgd in self._cache["dgd"].values():
-                deployment_id = self._deployment_of_dgd(dgd)
-                if deployment_id in pods:
-                    statuses[deployment_id] = _status(dgd, self.desired.get(deployment_id))
+        # No status: a DGD's status is as of the DGD's own resourceVersion, which a watch of
+        # another kind may be ahead of or behind; it is reported with that version on every
+        # change and on every start, and a sync stamped with the pods' version would undo it.
         return [
             {
                 "deployment_id": deployment_id,
                 "replicas": sorted(replicas, key=lambda r: str(r["pod"])),
-                "status": statuses.get(deployment_id),
                 "version": self._pods_seen,
             }
             for deployment_id, replicas in sorted(pods.items())

@@ -207,7 +207,8 @@ async def next_change(informer: Informer, timeout: float = 5.0) -> Change:
 
 
 async def until_synced(informer: Informer, timeout: float = 5.0) -> list[Change]:
-    """Changes up to and excluding the next SYNCED marker."""
+    """Changes up to and excluding the next SYNCED marker, after the RELISTING one."""
+    assert (await next_change(informer, timeout)).type == "RELISTING"
     changes: list[Change] = []
     while (change := await next_change(informer, timeout)).type != "SYNCED":
         changes.append(change)
