@@ -138,6 +138,7 @@ async def test_sigkill_during_pod_starts_on_a_simulated_cluster_heals_within_a_s
         await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=8)
         await command(client, "w", "workload.create", **pinned("chat", replicas=1))
         async with replica_news(client) as news:
+            mid_change = 0  # rounds killed as the plane recorded a change, not after a wait
             for round_ in range(6):  # scale up and down; kill as the first pod is recorded
                 replicas = 2 if len(simulated_pods(state_file)) > 4 else 8
                 news.clear()
@@ -146,9 +147,11 @@ async def test_sigkill_during_pod_starts_on_a_simulated_cluster_heals_within_a_s
                 )
                 with contextlib.suppress(TimeoutError):  # the cluster may be there already
                     await asyncio.wait_for(news.wait(), 15)
+                mid_change += news.is_set()
                 up.kill()
                 await up.start()
                 await up.wait_ready(client)
+            assert mid_change >= 3, f"only {mid_change} of 6 kills landed during a change"
         await command(client, "final", "workload.scale", workload_id="chat", replicas=8)
 
         async def eight_pods() -> bool:
@@ -344,6 +347,7 @@ async def test_sigkill_during_pod_starts_on_kmock_heals_within_a_sync(
             await command(client, "w", "workload.create", **pinned("chat", replicas=8))
             await until_event(client, "deployment", DEPLOYMENT, "AdmissionDecided")
             async with replica_news(client) as news:
+                mid_change = 0  # rounds killed as the plane recorded a change, not after a wait
                 for round_ in range(6):  # kill both as the plane records the first change
                     replicas = 8 if round_ % 2 == 0 else 2
                     news.clear()
@@ -351,12 +355,14 @@ async def test_sigkill_during_pod_starts_on_kmock_heals_within_a_sync(
                     scaling = asyncio.create_task(kubelet.scale(replicas, pause))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(news.wait(), 15)
+                    mid_change += news.is_set()
                     up.kill()
                     operator.kill()
                     await scaling  # the rest happens while nobody watches
                     await up.start()
                     await up.wait_ready(client)
                     operator.start()
+                assert mid_change >= 3, f"only {mid_change} of 6 kills landed during a change"
             await kubelet.scale(8, 0.01)
 
             await until_converged(client, lambda: dict(kubelet.pods))

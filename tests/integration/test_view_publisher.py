@@ -4,6 +4,8 @@ before it on the stream is refused rather than stored out of order."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from nats.aio.client import Client
 
@@ -33,6 +35,7 @@ async def test_a_restart_publishes_only_what_the_stream_lacks(client: Client) ->
     # a new process folds the same events again, from an older checkpoint, long after the
     # stream's duplicate window has passed
     again = [("a", 1), ("b", 2), ("c", 2), ("a", 3), ("b", 3), ("c", 4)]
+    await asyncio.sleep(2 * WINDOW)
     await send(await publisher(client), again)
     ids = await stream_ids(client, nats_bus.VIEWS_STREAM)
     assert ids == [f"capacity:{key}:{position}" for key, position in again]
