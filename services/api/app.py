@@ -11,6 +11,7 @@ A request without a valid bearer token is refused before anything is sent.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -89,11 +90,13 @@ def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
         alive = not gateway.nc.is_closed
         return JSONResponse({"status": "ok" if alive else "nats closed"}, 200 if alive else 503)
 
+    hub_health = HubHealth(gateway)
+
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
         """Ready: a write sent now is stored and shows in the views: NATS connected, the views
         mirrored, and the hub healthy (its store, relay, projector and scheduler)."""
-        body = await readiness(gateway)
+        body = await readiness(gateway, hub_health)
         return JSONResponse(body, 200 if body["ready"] else 503)
 
     _install_errors(app)
@@ -102,9 +105,35 @@ def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
 
 
 HUB_HEALTH_TIMEOUT = 2.0
+HUB_HEALTH_TTL = 1.0  # seconds one answer of the hub serves /readyz
 
 
-async def readiness(gateway: Gateway) -> dict[str, Any]:
+class HubHealth:
+    """The hub's health report for /readyz, which needs no token: the hub is asked at most
+    once a `HUB_HEALTH_TTL`, however often /readyz is called, and callers meanwhile wait for
+    that one answer rather than each asking."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self._lock = asyncio.Lock()
+        self._answer: health.HealthReport | health.NoHealth | None = None
+        self._at = 0.0
+
+    async def report(self) -> health.HealthReport:
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            if self._answer is None or loop.time() - self._at >= HUB_HEALTH_TTL:
+                try:
+                    self._answer = await health.ask(self._gateway.nc, HUB_HEALTH_TIMEOUT)
+                except health.NoHealth as e:
+                    self._answer = e
+                self._at = loop.time()
+        if isinstance(self._answer, health.NoHealth):
+            raise self._answer
+        return self._answer
+
+
+async def readiness(gateway: Gateway, hub_health: HubHealth) -> dict[str, Any]:
     """The API's own state and the hub's health report, and whether both are good."""
     problems = []
     if not gateway.nc.is_connected:
@@ -114,7 +143,7 @@ async def readiness(gateway: Gateway) -> dict[str, Any]:
     hub: dict[str, Any] | None = None
     if gateway.nc.is_connected:
         try:
-            report = await health.ask(gateway.nc, HUB_HEALTH_TIMEOUT)
+            report = await hub_health.report()
         except health.NoHealth as e:
             problems.append(str(e))
         else:

@@ -10,6 +10,7 @@ import os
 import signal
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 from nats.aio.client import Client
@@ -21,8 +22,10 @@ from adapters.store import EventStore, store_env
 from projections.base import Fold
 from projections.fleet import PROJECTIONS
 from services import cli
+from services.api.app import HUB_HEALTH_TTL
 from services.bootstrap import Hub, running_hub
 from services.config import HealthLimits, Settings
+from services.health import HEALTH_SUBJECT
 from services.health import ask as ask_health
 from services.relay import to_message
 from services.supervisor import ChildState
@@ -191,6 +194,35 @@ async def test_the_api_is_ready_only_while_the_hub_is_healthy(hub: Hub, tmp_path
         assert (await http.get("/healthz")).status_code == 200
         await wait_for(lambda: readiness(200), 60, "the API to be ready again")
         assert hub.projector.status.restarts == 1
+
+
+async def test_readyz_asks_the_hub_at_most_once_a_second_however_often_it_is_called(
+    hub: Hub, client: Client, tmp_path: Path
+) -> None:
+    """`/readyz` needs no token: a flood of it must not become a flood of health requests."""
+    asked: list[float] = []
+
+    async def count(msg: object) -> None:
+        asked.append(asyncio.get_running_loop().time())
+
+    watching = await client.subscribe(HEALTH_SUBJECT, cb=count)
+    try:
+        async with api_of(hub, tmp_path) as http:
+            await wait_for(lambda: _ready(http), 30, "the API to be ready")
+            await asyncio.sleep(HUB_HEALTH_TTL)  # the answer that found it ready is old now
+            asked.clear()
+            started = asyncio.get_running_loop().time()
+            answers = await asyncio.gather(*(http.get("/readyz") for _ in range(200)))
+            took = asyncio.get_running_loop().time() - started
+            await client.flush()
+    finally:
+        await watching.unsubscribe()
+    assert {a.status_code for a in answers} == {200}
+    assert 1 <= len(asked) <= took / HUB_HEALTH_TTL + 1, (len(asked), took)
+
+
+async def _ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 200
 
 
 async def test_dead_letters_are_a_warning_in_the_health_report(
