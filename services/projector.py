@@ -195,10 +195,10 @@ class Projector:
         size limit discarded them while the projector was away. The stream is a gap-free
         prefix of the store, so they are the store's events up to `first`'s: fold those, and
         publish their changes, as if they had come from the stream."""
-        event = await self._envelope(first)
-        if event is None:  # set aside: it cannot say where the gap ends; the stream goes on
-            return
-        upto = int(event["position"]) - 1
+        try:
+            upto = int(orjson.loads(first.data)["position"]) - 1
+        except (orjson.JSONDecodeError, LookupError, TypeError, ValueError):
+            return  # not an event: it cannot say where the gap ends, and `_apply` sets it aside
         log.warning(
             "projector: stream sequences %d to %d are gone from the stream; reading positions "
             "%d to %d from the store",
