@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from adapters.store import postgres_connection
+from wingsmith.adapters.store import postgres_connection
 
 _COLUMNS = "projection, position, stream_seq, event_time, state"
 KEEP_LATEST = 2

@@ -37,8 +37,8 @@ from nats.js.errors import (
 )
 from nats.nuid import NUID
 
-from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
-from adapters.nats_auth import (
+from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
+from wingsmith.adapters.nats_auth import (
     HUB_CONSUMER,
     OBS_PREFIX,
     OBS_STREAM,
@@ -49,7 +49,7 @@ from adapters.nats_auth import (
     render_filter,
     user_inbox_prefix,
 )
-from domain.subjects import key_subject, key_value
+from wingsmith.domain.subjects import key_subject, key_value
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,22 @@ async def subscribe_commands(
     )
     await nc.flush()  # the server knows the subscription before anyone is told the hub is up
     return subscription
+
+
+async def answer_requests(
+    nc: Client, subject: str, answer: Callable[[bytes], Awaitable[bytes]]
+) -> None:
+    """Answer each request on `subject` with what `answer` makes of its payload, until cancelled."""
+
+    async def on_request(msg: Msg) -> None:
+        await msg.respond(await answer(msg.data))
+
+    subscription = await nc.subscribe(subject, cb=on_request)
+    try:
+        await asyncio.Future()  # until cancelled
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await subscription.unsubscribe()
 
 
 class PublishFailed(Exception):

@@ -16,8 +16,8 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 
-from adapters.dead_letters import DEAD_STREAM
-from adapters.nats_bus import (
+from wingsmith.adapters.dead_letters import DEAD_STREAM
+from wingsmith.adapters.nats_bus import (
     EVENTS_STREAM,
     OBS_PREFIX,
     OBS_STREAM,

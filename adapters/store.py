@@ -28,7 +28,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel
 
-from domain.base import Aggregate, Event, replay
+from wingsmith.domain.base import Aggregate, Event, replay
 
 __all__ = [
     "Conflict",

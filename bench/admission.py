@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from domain.admission import Ledger, Slot
+from wingsmith.domain.admission import Ledger, Slot
 
 DEVICES_PER_CLUSTER = 16
 FLEETS = ((100, 1_000, 10), (10_000, 100_000, 1_000))  # clusters, workloads, projects

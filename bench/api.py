@@ -35,9 +35,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters import nats_bus
-from services.bootstrap import running_api, running_hub
-from services.config import Settings
+from wingsmith.adapters import nats_bus
+from wingsmith.services.api.server import running_api
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 TOKEN = "bench-token-0123456789"
 SERVING = {"model": "m", "backend": "vllm", "engine_version": "1", "devices_per_replica": 1}

@@ -38,7 +38,7 @@ from nats.js.api import StorageType, StreamConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
 
 EVENT_BYTES = 300
 
@@ -296,7 +296,7 @@ async def main(commands: int, aggregates: int, seconds: float, workloads: int) -
                 "WINGSMITH_DATA_DIR": str(Path(tmp) / "hub"),
             }
             hub = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "up"],
+                [sys.executable, "-m", "wingsmith", "up"],
                 env=env,
                 stdout=subprocess.PIPE,
                 cwd=Path(__file__).parent.parent,

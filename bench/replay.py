@@ -64,11 +64,11 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, Notification, postgres_connection, store_env
-from domain.base import Aggregate, Cause, Event, Writer
-from domain.cluster import Cluster, Node
-from domain.deployment import (
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, Notification, postgres_connection, store_env
+from wingsmith.domain.base import Aggregate, Cause, Event, Writer
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import (
     AdmissionPhase,
     AdmissionReason,
     Authority,
@@ -76,12 +76,12 @@ from domain.deployment import (
     Deployment,
     DeploymentStatus,
 )
-from domain.discovery import DiscoveredComponent, Discovery, Sighting
-from domain.project import Project
-from domain.replica import Replica
-from domain.values import Backend, Parallelism, ServingConfig
-from domain.workload import Workload
-from services.projector import READ_PAGE, rebuild
+from wingsmith.domain.discovery import DiscoveredComponent, Discovery, Sighting
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import Backend, Parallelism, ServingConfig
+from wingsmith.domain.workload import Workload
+from wingsmith.services.hub.projector import READ_PAGE, rebuild
 
 ROOT = Path(__file__).resolve().parent.parent
 SAVE_BATCH = 1_000
@@ -847,7 +847,7 @@ async def update_latency(seconds: float) -> None:
                 "WINGSMITH_API_LISTEN": "127.0.0.1:0",  # `up` serves the REST API too
             }
             hub = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "up"],
+                [sys.executable, "-m", "wingsmith", "up"],
                 env=env,
                 stdout=subprocess.PIPE,
                 cwd=ROOT,

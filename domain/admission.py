@@ -31,8 +31,8 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.deployment import Deployment
-from domain.placement import RoomIndex, shares
+from wingsmith.domain.deployment import Deployment
+from wingsmith.domain.placement import RoomIndex, shares
 
 HOLDS = frozenset({"admitted", "placed", "running"})
 WAITING_FOR_PREVIOUS = "waiting_for_previous_generation"

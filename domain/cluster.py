@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from domain.base import Aggregate, Cause, Created, Event, Writer, require_writer
-from domain.values import (
+from wingsmith.domain.base import Aggregate, Cause, Created, Event, Writer, require_writer
+from wingsmith.domain.values import (
     MAX_DEVICES_PER_NODE,
     DeviceClass,
     DeviceId,

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from domain.base import (
+from wingsmith.domain.base import (
     Aggregate,
     Cause,
     Created,
@@ -27,7 +27,7 @@ from domain.base import (
     Writer,
     require_writer,
 )
-from domain.values import Frozen, ResourceRef, ServingConfig
+from wingsmith.domain.values import Frozen, ResourceRef, ServingConfig
 
 
 class AdmissionPhase(StrEnum):

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from domain.base import (
+from wingsmith.domain.base import (
     Aggregate,
     Cause,
     Created,
@@ -20,7 +20,7 @@ from domain.base import (
     Writer,
     require_writer,
 )
-from domain.values import (
+from wingsmith.domain.values import (
     MAX_DEVICES_PER_NODE,
     Backend,
     EngineArg,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.base import Aggregate, Cause, Created, Event, InvalidValue
+from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue
 
 
 class Project(Aggregate):

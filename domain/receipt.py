@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.base import Aggregate, Cause, Created
+from wingsmith.domain.base import Aggregate, Cause, Created
 
 
 class CommandReceipt(Aggregate):

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.base import (
+from wingsmith.domain.base import (
     Aggregate,
     Cause,
     Created,

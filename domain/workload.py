@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
-from domain.values import ServingConfig
+from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
+from wingsmith.domain.values import ServingConfig
 
 
 class Workload(Aggregate):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from projections.base import Envelope
+from wingsmith.projections.base import Envelope
 
 METADATA = ("timestamp", "command_id", "correlation_id")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from projections.base import Keys, Projection, View, handles
-from projections.render import Render
+from wingsmith.projections.base import Keys, Projection, View, handles
+from wingsmith.projections.render import Render
 
 E = Mapping[str, Any]
 RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}

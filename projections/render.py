@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from projections.base import Keys, Projection, handles
+from wingsmith.projections.base import Keys, Projection, handles
 
 E = Mapping[str, Any]
 

@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapters.nats_auth import Credentials, credentials_from_env
-from services.commands import OBSERVATION_PREFIX
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_auth import Credentials, credentials_from_env
+from wingsmith.domain.commands import OBSERVATION_PREFIX
 
 _YES = {"1", "true", "yes", "on"}
 _NO = {"0", "false", "no", "off"}
@@ -128,7 +129,7 @@ def _stream_sizes(env: dict[str, str]) -> dict[str, int]:
     is no stream's is refused: a misspelt one would otherwise leave its stream at the default."""
     # Imported here, not above: the CLI's HTTP client reads this module's file names and has
     # no use for the NATS client that adapters.nats_bus brings in.
-    from adapters.nats_bus import STREAMS
+    from wingsmith.adapters.nats_bus import STREAMS
 
     streams = [config.name or "" for config in STREAMS]
     variable = "WINGSMITH_STREAM_MAX_BYTES"
@@ -236,3 +237,16 @@ class Settings:
                 f"no NATS server: set WINGSMITH_NATS_URL or run `wingsmith up` "
                 f"(looked for {self.url_file})"
             ) from None
+
+
+async def connect(
+    settings: Settings, name: str, url: str | None = None, *, operator_of: str | None = None
+) -> nats_bus.Connection:
+    """A NATS connection as `name`, logged in with the configured credentials, if any; with
+    `operator_of`, the connection of that cluster's operator (replies under its own inbox)."""
+    login = settings.nats_credentials
+    url = url or settings.resolved_nats_url()
+    user, password = (login.user, login.password) if login else (None, None)
+    if operator_of is not None:
+        return await nats_bus.connect_operator(url, operator_of, user=user, password=password)
+    return await nats_bus.connect(url, name, user=user, password=password)

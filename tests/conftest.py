@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
 
 PG_URL = os.environ.get("WINGSMITH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -27,10 +27,10 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from services import health
-from services.api import docs, routes
-from services.api.gateway import Gateway
-from services.api.problems import PROBLEM_JSON, STATUS, Problem, ProblemDocument
+from wingsmith.services import health
+from wingsmith.services.api import docs, routes
+from wingsmith.services.api.gateway import Gateway
+from wingsmith.services.api.problems import PROBLEM_JSON, STATUS, Problem, ProblemDocument
 
 log = logging.getLogger(__name__)
 

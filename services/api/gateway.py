@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
-from adapters import nats_bus
-from domain import subjects
-from projections.base import View
-from services.commands import Command
+from wingsmith.adapters import nats_bus
+from wingsmith.domain import subjects
+from wingsmith.domain.commands import Command
+from wingsmith.projections.base import View
 
 log = logging.getLogger(__name__)
 

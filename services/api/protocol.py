@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from services.api.problems import PROBLEM_JSON, Problem
+from wingsmith.services.api.problems import PROBLEM_JSON, Problem
 
 log = logging.getLogger(__name__)
 

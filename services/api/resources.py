@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from domain.deployment import AdmissionPhase
-from domain.discovery import DiscoveryState
-from domain.values import is_name
-from projections.base import View
-from services.api.problems import Problem
+from wingsmith.domain.deployment import AdmissionPhase
+from wingsmith.domain.discovery import DiscoveryState
+from wingsmith.domain.values import is_name
+from wingsmith.projections.base import View
+from wingsmith.services.api.problems import Problem
 
 
 class Views(Protocol):

@@ -18,15 +18,15 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from adapters import nats_bus
-from domain import subjects
-from domain.deployment import AdmissionPhase
-from projections.audit import Timeline
-from services import commands as c
-from services import wire
-from services.api import resources as r
-from services.api.gateway import Gateway, Views
-from services.api.problems import Problem
+from wingsmith.adapters import nats_bus
+from wingsmith.domain import commands as c
+from wingsmith.domain import subjects
+from wingsmith.domain.deployment import AdmissionPhase
+from wingsmith.projections.audit import Timeline
+from wingsmith.services import wire
+from wingsmith.services.api import resources as r
+from wingsmith.services.api.gateway import Gateway, Views
+from wingsmith.services.api.problems import Problem
 
 MAX_BODY = 64 * 1024
 HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
-from adapters import nats_bus
-from services.api.app import Tokens, create_app
-from services.api.gateway import Gateway
-from services.api.protocol import HttpLimits, protocol_for
+from wingsmith.adapters import nats_bus
+from wingsmith.services.api.app import Tokens, create_app
+from wingsmith.services.api.gateway import Gateway
+from wingsmith.services.api.protocol import HttpLimits, protocol_for
+from wingsmith.services.config import Settings, connect
 
 
 class _Server(uvicorn.Server):
@@ -91,3 +95,41 @@ def _listen(host: str, port: int) -> socket.socket:
         listener.close()
         raise OSError(f"the API cannot listen on {host}:{port}: {e.strerror}") from None
     return listener
+
+
+@contextlib.asynccontextmanager
+async def running_api(
+    settings: Settings, url: str | None = None, *, local_token: bool = False
+) -> AsyncIterator[Serving]:
+    """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends.
+    With `local_token` and no tokens configured, it accepts the token kept in the data
+    directory (made on first use), so the CLI on this machine can use it."""
+    writers, readers = dict(settings.api_tokens), dict(settings.api_read_tokens)
+    if not writers and not readers:
+        if not local_token:
+            raise RuntimeError("set WINGSMITH_API_TOKENS (NAME:TOKEN,...) to serve the API")
+        writers[_local_token(settings.api_token_file)] = "local"
+    nc = await connect(settings, "wingsmith-api", url)
+    try:
+        host, port = settings.api_listen
+        limits = HttpLimits(
+            settings.api_header_timeout, settings.api_body_timeout, settings.api_max_connections
+        )
+        async with serving(nc, Tokens(writers, readers), host, port, limits) as api:
+            settings.api_url_file.parent.mkdir(parents=True, exist_ok=True)
+            settings.api_url_file.write_text(api.url)
+            try:
+                yield api
+            finally:
+                settings.api_url_file.unlink(missing_ok=True)
+    finally:
+        await nc.close()
+
+
+def _local_token(path: Path) -> str:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()

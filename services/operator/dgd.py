@@ -26,7 +26,14 @@ from typing import Annotated, Any, Final
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from domain.values import Backend, DeviceClass, EngineArg, Name, ServingConfig, ServingMode
+from wingsmith.domain.values import (
+    Backend,
+    DeviceClass,
+    EngineArg,
+    Name,
+    ServingConfig,
+    ServingMode,
+)
 
 V1BETA1: Final = "nvidia.com/v1beta1"
 V1ALPHA1: Final = "nvidia.com/v1alpha1"

@@ -21,9 +21,15 @@ from typing import Any, Final
 
 import yaml
 
-from domain.values import Backend, ServingMode
-from services.operator.dgd import GPU_RESOURCE, KIND, LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGED_BY
-from services.operator.shell import DIGITS, shell_commands
+from wingsmith.domain.values import Backend, ServingMode
+from wingsmith.services.operator.dgd import (
+    GPU_RESOURCE,
+    KIND,
+    LABEL_MANAGED_BY,
+    MAIN_CONTAINER,
+    MANAGED_BY,
+)
+from wingsmith.services.operator.shell import DIGITS, shell_commands
 
 # The init container that holds the Dynamo runtime in Dynamo's sidecar mode.
 RUNTIME_CONTAINER: Final = "runtime"

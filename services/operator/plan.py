@@ -12,9 +12,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from domain.discovery import WORKER_ROLES
-from services.operator.dgd import ANNOTATION_DEPLOYMENT_ID, render_dgd
-from services.operator.inspect import Inspection, inspect_dgd
+from wingsmith.domain.discovery import WORKER_ROLES
+from wingsmith.services.operator.dgd import ANNOTATION_DEPLOYMENT_ID, render_dgd
+from wingsmith.services.operator.inspect import Inspection, inspect_dgd
 
 Obj = dict[str, Any]
 Verb = Literal["create", "patch", "delete"]

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from adapters import nats_bus
-from domain import subjects
-from domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.adapters import nats_bus
+from wingsmith.domain import subjects
+from wingsmith.domain.replica import SYNC_MAX_REPLICAS
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from adapters import nats_auth
-from adapters.nats_auth import Credentials
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, Notification, store_env
-from services.bootstrap import Hub, running_hub
-from services.config import Settings
-from services.relay import to_message
+from wingsmith.adapters import nats_auth
+from wingsmith.adapters.nats_auth import Credentials
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, Notification, store_env
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.relay import to_message
+from wingsmith.services.hub.wiring import Hub, running_hub
 
 LLAMA = {
     "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -192,7 +192,7 @@ class HubProcess:
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "-v", "up"],
+                [sys.executable, "-m", "wingsmith", "-v", "up"],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

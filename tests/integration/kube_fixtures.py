@@ -16,7 +16,7 @@ from typing import Any
 import kmock
 import yaml
 
-from adapters.kube import RESOURCES, Change, Informer, Kind, Kube
+from wingsmith.adapters.kube import RESOURCES, Change, Informer, Kind, Kube
 
 Obj = dict[str, Any]
 NAMESPACE = "wingsmith"

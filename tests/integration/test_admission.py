@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from services.bootstrap import Hub, running_hub
-from services.config import Settings
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import Hub, running_hub
 
 from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
 

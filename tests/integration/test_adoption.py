@@ -13,11 +13,11 @@ from typing import Any
 import kmock
 from nats.aio.client import Client
 
-from adapters.kube import Kube
-from services.bootstrap import Hub
-from services.operator.inspect import load_manifest
-from services.operator.kube import KubeBackend
-from services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.adapters.kube import Kube
+from wingsmith.services.hub.wiring import Hub
+from wingsmith.services.operator.backends.kube import KubeBackend
+from wingsmith.services.operator.inspect import load_manifest
+from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import send_until_answered, wait_for
 from .kube_fixtures import NAMESPACE, cluster_create, kube_emulator, node, write_requests

@@ -15,12 +15,17 @@ import httpx
 import orjson
 import pytest
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import fault_subject, nodes_from_spec
-from services.bootstrap import Hub, running_api, running_hub, simulated_operators
-from services.config import Settings
-from services.operator.inspect import load_manifest
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.api.server import running_api
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import Hub, running_hub
+from wingsmith.services.operator.backends.simulated import (
+    fault_subject,
+    nodes_from_spec,
+    simulated_operators,
+)
+from wingsmith.services.operator.inspect import load_manifest
 
 from .conftest import LLAMA, wait_for
 from .kube_fixtures import NAMESPACE, cluster_create, node

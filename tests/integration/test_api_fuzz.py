@@ -29,7 +29,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env.pop("WINGSMITH_NATS_URL", None)  # its own embedded nats-server
     with open(data_dir / "up.log", "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--simulated", "east=2x8:H100"],
+            [sys.executable, "-m", "wingsmith", "up", "--simulated", "east=2x8:H100"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

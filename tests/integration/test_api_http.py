@@ -16,8 +16,9 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
-from services.bootstrap import Hub, running_api
-from services.config import Settings
+from wingsmith.services.api.server import running_api
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import Hub
 
 from .conftest import wait_for
 from .test_api import PROBLEM, WRITER, bearer, stored
@@ -146,7 +147,9 @@ async def test_a_client_leaving_mid_body_is_one_quiet_line(
 
         await wait_for(logged, PATIENCE, "the departure to be logged")
         await asyncio.sleep(0.3)  # anything the handler would log after it
-    api_records = [r for r in caplog.records if r.name.startswith(("services.api", "uvicorn"))]
+    api_records = [
+        r for r in caplog.records if r.name.startswith(("wingsmith.services.api", "uvicorn"))
+    ]
     departures = [r for r in api_records if "went away" in r.getMessage()]
     assert len(departures) == 1 and departures[0].levelno == logging.INFO
     assert "PUT /v1/projects/p/quotas/H100" in departures[0].getMessage()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-WINGSMITH = [sys.executable, "-m", "services.cli"]
+WINGSMITH = [sys.executable, "-m", "wingsmith"]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

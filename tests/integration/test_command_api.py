@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from adapters.nats_server import EmbeddedNatsServer
-from services.bootstrap import Hub, running_hub
-from services.config import Settings
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import Hub, running_hub
 
 from .conftest import LLAMA, seed_deployment, send, send_until_answered, stream_ids, wait_for
 

@@ -14,14 +14,15 @@ import nats.errors
 import pytest
 import yaml
 
-from adapters import nats_bus
-from adapters.nats_auth import Credentials
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import SimNode, SimulatedCluster
-from services.bootstrap import running_api, running_hub
-from services.config import Settings
-from services.health import ask as ask_health
-from services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_auth import Credentials
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.api.server import running_api
+from wingsmith.services.config import Settings
+from wingsmith.services.health import ask as ask_health
+from wingsmith.services.hub.wiring import running_hub
+from wingsmith.services.operator.backends.simulated import SimNode, SimulatedCluster
+from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import LLAMA, send_until_answered, wait_for
 

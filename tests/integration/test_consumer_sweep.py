@@ -18,13 +18,13 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
-from adapters import nats_auth, nats_bus
-from adapters.nats_auth import HUB_CONSUMER, Credentials
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import SimNode, SimulatedCluster
-from services.bootstrap import Hub, running_hub
-from services.config import Settings
-from services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.adapters import nats_auth, nats_bus
+from wingsmith.adapters.nats_auth import HUB_CONSUMER, Credentials
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import Hub, running_hub
+from wingsmith.services.operator.backends.simulated import SimNode, SimulatedCluster
+from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import PASSWORDS, roles_config
 
@@ -85,7 +85,7 @@ class World:
         return [
             r.getMessage()
             for r in self.caplog.records
-            if r.name == "services.janitor" and r.getMessage().startswith("deleted ")
+            if r.name == "wingsmith.services.hub.janitor" and r.getMessage().startswith("deleted ")
         ]
 
 

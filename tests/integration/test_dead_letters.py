@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
 
 
 async def test_a_message_set_aside_is_kept_with_its_reason_once(client: Client) -> None:

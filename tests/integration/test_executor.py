@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters.store import EventStore, store_env
-from services import commands as c
-from services.hub import Executor, Submission, parse
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain import commands as c
+from wingsmith.services.hub.service import Executor, Submission, parse
 
 from .conftest import LLAMA
 

@@ -14,8 +14,6 @@ from typing import Any
 import kmock
 import pytest
 
-from adapters.kube import Kind, KindNotServed, Kube, KubeConflict, KubeError, KubeNotFound
-from adapters.kube import selector_matcher as matcher
 from tests.integration.kube_fixtures import (
     NAMESPACE,
     cluster_create,
@@ -33,6 +31,8 @@ from tests.integration.kube_fixtures import (
     wait_until,
     write_kubeconfig,
 )
+from wingsmith.adapters.kube import Kind, KindNotServed, Kube, KubeConflict, KubeError, KubeNotFound
+from wingsmith.adapters.kube import selector_matcher as matcher
 
 DGD: Kind = "dgd/v1beta1"
 WATCH, LIST, UPDATE = kmock.action.WATCH, kmock.action.LIST, kmock.action.UPDATE

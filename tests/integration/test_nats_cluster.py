@@ -7,9 +7,9 @@ from pathlib import Path
 
 import nats
 
-from adapters.nats_server import EmbeddedNatsServer, free_port
-from services.bootstrap import running_hub
-from services.config import Settings
+from wingsmith.adapters.nats_server import EmbeddedNatsServer, free_port
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 from .conftest import published, read_store, seed_deployment, stream_ids, wait_for
 

@@ -19,10 +19,15 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from adapters import nats_auth, nats_bus
-from adapters.nats_auth import Credentials
-from adapters.nats_server import EmbeddedNatsServer
-from services.operator.runtime import OperatorCounts, OperatorOptions, Report, run_operator
+from wingsmith.adapters import nats_auth, nats_bus
+from wingsmith.adapters.nats_auth import Credentials
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.operator.runtime import (
+    OperatorCounts,
+    OperatorOptions,
+    Report,
+    run_operator,
+)
 
 HUB_PASSWORD_VARIABLE = "WINGSMITH_TEST_HUB_PASSWORD"  # the hub's password comes by reference
 HUB_PASSWORD = "hub-secret"

@@ -28,11 +28,11 @@ from nats.aio.msg import Msg
 from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
-from adapters import nats_auth, nats_bus
-from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
-from adapters.nats_auth import HUB_CONSUMER, Credentials
-from adapters.nats_server import EmbeddedNatsServer
-from services.janitor import hub_janitor
+from wingsmith.adapters import nats_auth, nats_bus
+from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
+from wingsmith.adapters.nats_auth import HUB_CONSUMER, Credentials
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.hub.janitor import hub_janitor
 
 from .conftest import PASSWORDS, roles_config
 

@@ -14,7 +14,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from adapters.nats_server import PORT_FILE, EmbeddedNatsServer
+from wingsmith.adapters.nats_server import PORT_FILE, EmbeddedNatsServer
 
 from .conftest import wait_for
 

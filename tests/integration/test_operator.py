@@ -16,17 +16,17 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.kube import Kube
-from services.operator.dgd import (
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.kube import Kube
+from wingsmith.services.operator.backends.kube import KubeBackend
+from wingsmith.services.operator.dgd import (
     LABEL_DEPLOYMENT,
     LABEL_SERVING_DIGEST,
     deployment_label,
     render_dgd,
 )
-from services.operator.inspect import load_manifest
-from services.operator.kube import KubeBackend
-from services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.services.operator.inspect import load_manifest
+from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import wait_for
 from .kube_fixtures import (

@@ -16,15 +16,15 @@ import orjson
 import yaml
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from services.bootstrap import Hub
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.hub.wiring import Hub
 
 from .conftest import wait_for
 from .kube_fixtures import NAMESPACE, kube_emulator, write_kubeconfig
 from .test_operator import desired
 
-WINGSMITH = [sys.executable, "-m", "services.cli"]
+WINGSMITH = [sys.executable, "-m", "wingsmith"]
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "dgd"
 
 

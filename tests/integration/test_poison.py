@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
-from adapters.nats_server import EmbeddedNatsServer
-from domain.replica import Replica, ReplicaStarted
-from services.bootstrap import Hub, running_hub
-from services.commands import Command, ObserveHeartbeat
-from services.config import Settings
-from services.ingest import MAX_ATTEMPTS, ingest
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain.commands import Command, ObserveHeartbeat
+from wingsmith.domain.replica import Replica, ReplicaStarted
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.ingest import MAX_ATTEMPTS, ingest
+from wingsmith.services.hub.wiring import Hub, running_hub
 
 from .conftest import (
     published,
@@ -137,7 +137,7 @@ async def test_a_stored_poisonous_event_is_passed_by_every_stage(
     # and a person can read them, by component, with their reasons
     shown = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "services.cli", "dead-letters", "--component", "scheduler"],
+        [sys.executable, "-m", "wingsmith", "dead-letters", "--component", "scheduler"],
         env=env | {"WINGSMITH_NATS_URL": hub.nats_url},
         capture_output=True,
         text=True,

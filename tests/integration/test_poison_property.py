@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.dead_letters import stored
-from domain.base import split_id
-from services.bootstrap import Hub
-from services.commands import COMMANDS
-from services.ingest import KINDS
-from services.relay import to_message
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import stored
+from wingsmith.domain.base import split_id
+from wingsmith.domain.commands import COMMANDS
+from wingsmith.services.hub.ingest import KINDS
+from wingsmith.services.hub.relay import to_message
+from wingsmith.services.hub.wiring import Hub
 
 from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
 

@@ -9,12 +9,12 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, store_env
-from services.bootstrap import running_hub, running_projector
-from services.config import Settings
-from services.projector import rebuild
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.projector import rebuild
+from wingsmith.services.hub.wiring import running_hub, running_projector
 
 from .conftest import seed_deployment, send_until_answered, wait_for
 

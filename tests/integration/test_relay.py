@@ -10,9 +10,9 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from adapters.nats_server import EmbeddedNatsServer
-from services.bootstrap import running_hub
-from services.config import Settings
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 from .conftest import (
     HubProcess,

@@ -18,17 +18,17 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
-from adapters import nats_bus
-from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, store_env
-from domain.base import Cause, Writer
-from domain.cluster import Cluster
-from services import commands as c
-from services.bootstrap import Hub, running_hub, running_projector
-from services.config import Settings
-from services.ingest import parse
-from services.relay import to_message
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain import commands as c
+from wingsmith.domain.base import Cause, Writer
+from wingsmith.domain.cluster import Cluster
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.ingest import parse
+from wingsmith.services.hub.relay import to_message
+from wingsmith.services.hub.wiring import Hub, running_hub, running_projector
 
 from .conftest import published, read_store, seed_deployment, stream_ids, wait_for
 from .test_projector import kv_view, rebuilt

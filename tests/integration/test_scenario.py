@@ -11,11 +11,15 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import SimNode, SimulatedCluster
-from services.bootstrap import running_hub, simulated_operators
-from services.config import Settings
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
+from wingsmith.services.operator.backends.simulated import (
+    SimNode,
+    SimulatedCluster,
+    simulated_operators,
+)
 
 from .conftest import LLAMA, send_until_answered, wait_for
 

@@ -11,15 +11,12 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.dead_letters import DeadLetters, stored
-from adapters.store import Notification, StoreThread, store_env
-from domain.base import Cause
-from domain.cluster import Node
-from domain.values import ServingConfig
-from domain.workload import Workload
-from services.bootstrap import Hub
-from services.commands import (
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import DeadLetters, stored
+from wingsmith.adapters.store import Notification, StoreThread, store_env
+from wingsmith.domain.base import Cause
+from wingsmith.domain.cluster import Node
+from wingsmith.domain.commands import (
     Command,
     CreateWorkload,
     DecideAdmission,
@@ -28,8 +25,11 @@ from services.commands import (
     ScaleWorkload,
     SetQuota,
 )
-from services.hub import Chain, CommandService
-from services.scheduler import Scheduler
+from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.workload import Workload
+from wingsmith.services.hub.scheduler import Scheduler
+from wingsmith.services.hub.service import Chain, CommandService
+from wingsmith.services.hub.wiring import Hub
 
 from .conftest import LLAMA, seed_deployment, send, send_until_answered, wait_for
 from .test_admission import decisions, events, inventory, workload_body

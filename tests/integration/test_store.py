@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from adapters.store import Conflict, EventStore, store_env
-from domain.base import Cause, Writer
-from domain.cluster import Cluster, Node
-from domain.deployment import ClusterPhase, Deployment, DeploymentStatus
-from domain.discovery import DiscoveredComponent, Discovery, Sighting
-from domain.project import Project
-from domain.receipt import CommandReceipt
-from domain.replica import Replica
-from domain.values import ServingConfig
-from domain.workload import Workload
+from wingsmith.adapters.store import Conflict, EventStore, store_env
+from wingsmith.domain.base import Cause, Writer
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import ClusterPhase, Deployment, DeploymentStatus
+from wingsmith.domain.discovery import DiscoveredComponent, Discovery, Sighting
+from wingsmith.domain.project import Project
+from wingsmith.domain.receipt import CommandReceipt
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.workload import Workload
 
 AT = datetime(2026, 11, 29, 14, 2, 3, 456789, tzinfo=timezone(timedelta(hours=2)))
 PLANE = Cause(command_id="c-1", correlation_id="corr", at=AT)

@@ -15,10 +15,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, NotWritable, store_env
-from services.bootstrap import running_hub
-from services.config import Settings
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, NotWritable, store_env
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 
 @contextlib.contextmanager
@@ -55,7 +55,7 @@ def test_a_read_only_store_file_stops_wingsmith_up_with_a_clear_message(
     store = existing_store(data_dir)
     with read_only(store):
         up = subprocess.run(
-            [sys.executable, "-m", "services.cli", "up", "--no-api"],
+            [sys.executable, "-m", "wingsmith", "up", "--no-api"],
             env=env | {"WINGSMITH_NATS_URL": nats_server.url},
             capture_output=True,
             text=True,

@@ -15,20 +15,20 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.dead_letters import DeadLetters
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, store_env
-from projections.base import Fold
-from projections.fleet import PROJECTIONS
-from services import cli
-from services.api.app import HUB_HEALTH_TTL
-from services.bootstrap import Hub, running_hub
-from services.config import HealthLimits, Settings
-from services.health import HEALTH_SUBJECT
-from services.health import ask as ask_health
-from services.relay import to_message
-from services.supervisor import ChildState
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.dead_letters import DeadLetters
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.projections.base import Fold
+from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.api.app import HUB_HEALTH_TTL
+from wingsmith.services.cli import main as cli
+from wingsmith.services.config import HealthLimits, Settings
+from wingsmith.services.health import HEALTH_SUBJECT
+from wingsmith.services.health import ask as ask_health
+from wingsmith.services.hub.relay import to_message
+from wingsmith.services.hub.supervisor import ChildState
+from wingsmith.services.hub.wiring import Hub, running_hub
 
 from .conftest import seed_deployment, send_until_answered, stream_ids, wait_for
 from .test_api import api_of

@@ -17,13 +17,17 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import SimNode, fault_subject
-from services.bootstrap import running_hub, simulated_operators
-from services.config import Settings
-from services.operator.dgd import LABEL_DEPLOYMENT, deployment_label
-from services.operator.kube import COMPONENT_TYPE_LABEL, DEVICE_IDS_ANNOTATION
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
+from wingsmith.services.operator.backends.kube import COMPONENT_TYPE_LABEL, DEVICE_IDS_ANNOTATION
+from wingsmith.services.operator.backends.simulated import (
+    SimNode,
+    fault_subject,
+    simulated_operators,
+)
+from wingsmith.services.operator.dgd import LABEL_DEPLOYMENT, deployment_label
 
 from .conftest import HubProcess, read_store, wait_for
 from .kube_fixtures import (
@@ -49,7 +53,7 @@ class Up(HubProcess):
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "-v", "up", "--no-api", *self.args],
+                [sys.executable, "-m", "wingsmith", "-v", "up", "--no-api", *self.args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -303,7 +307,7 @@ class OperatorProcess:
         args = ["operator", "--cluster-id", "east", "--kubeconfig", str(self.kubeconfig)]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "-v", *args],
+                [sys.executable, "-m", "wingsmith", "-v", *args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

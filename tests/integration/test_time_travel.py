@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from adapters.checkpoints import Checkpoint, CheckpointStore
-from adapters.store import EventStore, store_env
-from domain.base import Aggregate, Cause, Writer
-from domain.cluster import Cluster, Node
-from domain.deployment import AdmissionReason, Deployment
-from domain.project import Project
-from domain.replica import Replica
-from domain.values import ServingConfig
-from projections.base import Fold
-from projections.fleet import Capacity, DeploymentHealth
-from services.projector import as_of, fold, rebuild
+from wingsmith.adapters.checkpoints import Checkpoint, CheckpointStore
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain.base import Aggregate, Cause, Writer
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import AdmissionReason, Deployment
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import ServingConfig
+from wingsmith.projections.base import Fold
+from wingsmith.projections.fleet import Capacity, DeploymentHealth
+from wingsmith.services.hub.projector import as_of, fold, rebuild
 
 
 def at(hhmm: str) -> datetime:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-WINGSMITH = [sys.executable, "-m", "services.cli"]
+WINGSMITH = [sys.executable, "-m", "wingsmith"]
 
 
 def tour() -> list[list[str]]:

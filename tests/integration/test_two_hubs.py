@@ -8,10 +8,10 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.store import EventStore, store_env
-from services.bootstrap import running_hub
-from services.config import Settings
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 from .conftest import (
     published,

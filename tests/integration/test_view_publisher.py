@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from nats.aio.client import Client
 
-from adapters import nats_bus
+from wingsmith.adapters import nats_bus
 
 from .conftest import stream_ids
 

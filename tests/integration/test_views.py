@@ -16,10 +16,10 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from adapters import nats_bus
-from adapters.nats_server import EmbeddedNatsServer
-from services.bootstrap import running_hub
-from services.config import Settings
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.wiring import running_hub
 
 from .conftest import seed_deployment, send_until_answered, wait_for
 
@@ -104,7 +104,7 @@ async def test_every_change_reaches_subscribers_from_any_start_and_across_a_rest
         replay = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "services.cli",
+            "wingsmith",
             "replay",
             env=os.environ
             | {

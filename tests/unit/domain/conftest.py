@@ -6,8 +6,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import count
 
-from domain.base import Aggregate, Cause, Writer
-from domain.values import ServingConfig
+from wingsmith.domain.base import Aggregate, Cause, Writer
+from wingsmith.domain.values import ServingConfig
 
 _ids = count(1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.admission import Decision, Ledger, Placement
+from wingsmith.domain.admission import Decision, Ledger, Placement
 
 
 class Fleet:

@@ -14,15 +14,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from domain.admission import Decision, Ledger, Placement
-from domain.base import Aggregate, DomainError, Event, split_id
-from domain.cluster import Cluster, Node
-from domain.deployment import AdmissionReason, Authority, Deployment
-from domain.project import Project
-from domain.replica import Replica
-from domain.workload import Workload
-from services.commands import DeleteWorkload, PlaceWorkload
-from services.handlers import delete_workload, place_workload
+from wingsmith.domain.admission import Decision, Ledger, Placement
+from wingsmith.domain.base import Aggregate, DomainError, Event, split_id
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.commands import DeleteWorkload, PlaceWorkload
+from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.workload import Workload
+from wingsmith.services.hub.handlers import delete_workload, place_workload
 
 from .conftest import cluster, plane, serving
 

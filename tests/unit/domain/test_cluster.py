@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from domain.cluster import Cluster, Node
+from wingsmith.domain.cluster import Cluster, Node
 
 from .conftest import plane, recorded
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import IllegalTransition, InvalidValue, NotFound, WrongWriter
-from domain.deployment import (
+from wingsmith.domain.base import IllegalTransition, InvalidValue, NotFound, WrongWriter
+from wingsmith.domain.deployment import (
     AdmissionPhase,
     AdmissionReason,
     Authority,

@@ -13,9 +13,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from adapters.store import EventStore, store_env
-from domain.base import DomainError, Event
-from domain.deployment import (
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain.base import DomainError, Event
+from wingsmith.domain.deployment import (
     AdmissionDecided,
     AdmissionReason,
     Authority,

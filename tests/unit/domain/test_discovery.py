@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import IllegalTransition, WrongWriter
-from domain.discovery import DiscoveredComponent, Discovery, DiscoveryState, Sighting
+from wingsmith.domain.base import IllegalTransition, WrongWriter
+from wingsmith.domain.discovery import DiscoveredComponent, Discovery, DiscoveryState, Sighting
 
 from .conftest import cluster, plane, recorded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.placement import RoomIndex, shares
+from wingsmith.domain.placement import RoomIndex, shares
 
 
 def place(

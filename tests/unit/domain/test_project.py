@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import InvalidValue
-from domain.project import Project
+from wingsmith.domain.base import InvalidValue
+from wingsmith.domain.project import Project
 
 from .conftest import plane, recorded
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import IllegalTransition, InvalidValue, WrongWriter
-from domain.replica import Replica
+from wingsmith.domain.base import IllegalTransition, InvalidValue, WrongWriter
+from wingsmith.domain.replica import Replica
 
 from .conftest import cluster, plane, recorded
 

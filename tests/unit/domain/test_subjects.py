@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain import subjects
-from domain.values import NAME_PATTERN
+from wingsmith.domain import subjects
+from wingsmith.domain.values import NAME_PATTERN
 
 # what a NATS subject token and a nats-py KV key may hold
 KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+$")

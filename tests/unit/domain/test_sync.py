@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.replica import Known, SyncPlan, reconcile
+from wingsmith.domain.replica import Known, SyncPlan, reconcile
 
 
 def known(ready: bool = False, version: int = 5, terminated: bool = False) -> Known:

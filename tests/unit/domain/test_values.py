@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from domain.values import ServingConfig
+from wingsmith.domain.values import ServingConfig
 
 from .conftest import serving
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.base import InvalidValue, NotFound
-from domain.workload import Workload
+from wingsmith.domain.base import InvalidValue, NotFound
+from wingsmith.domain.workload import Workload
 
 from .conftest import plane, recorded, serving
 

@@ -22,9 +22,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.values import Backend, ServingConfig
-from services.operator import dgd as render
-from services.operator.dgd import V1ALPHA1, V1BETA1, render_dgd, render_yaml
+from wingsmith.domain.values import Backend, ServingConfig
+from wingsmith.services.operator import dgd as render
+from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1, render_dgd, render_yaml
 
 from . import dynamo_rules
 

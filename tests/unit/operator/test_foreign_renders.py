@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from services.operator.runtime import foreign_cluster
+from wingsmith.services.operator.runtime import foreign_cluster
 
 
 def render(cluster_id: str | None, deployment_id: str = "chat--east") -> bytes:

@@ -16,15 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.values import Backend, ServingMode
-from services.operator.inspect import (
+from wingsmith.domain.values import Backend, ServingMode
+from wingsmith.services.operator.inspect import (
     ApiVersion,
     Inspection,
     inspect_dgd,
     is_rendered_by_wingsmith,
     load_manifest,
 )
-from services.operator.shell import shell_commands
+from wingsmith.services.operator.shell import shell_commands
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 DGD_FIXTURES = FIXTURES / "dgd"

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.operator.dgd import render_dgd
-from services.operator.inspect import inspect_dgd, load_manifest
-from services.operator.kube import KubeBackend
-from services.operator.plan import plan
+from wingsmith.services.operator.backends.kube import KubeBackend
+from wingsmith.services.operator.dgd import render_dgd
+from wingsmith.services.operator.inspect import inspect_dgd, load_manifest
+from wingsmith.services.operator.plan import plan
 
 NS = "wingsmith"
 SERVING = {

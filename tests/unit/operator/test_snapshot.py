@@ -1,7 +1,7 @@
 """A Kubernetes cluster's sync is taken only from a complete view of its pods."""
 
-from adapters.kube import Change
-from services.operator.kube import KubeBackend
+from wingsmith.adapters.kube import Change
+from wingsmith.services.operator.backends.kube import KubeBackend
 
 
 async def test_no_sync_while_a_relist_is_replayed() -> None:

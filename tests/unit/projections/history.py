@@ -8,13 +8,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from domain.base import Aggregate, Cause, DomainError, Event, Writer, split_id
-from domain.cluster import Cluster, Node, OperatorInfo
-from domain.deployment import AdmissionReason, Deployment
-from domain.project import Project
-from domain.replica import Replica
-from domain.values import ServingConfig
-from domain.workload import Workload
+from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, Writer, split_id
+from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
+from wingsmith.domain.deployment import AdmissionReason, Deployment
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.workload import Workload
 
 PLANE = Cause(command_id="c", correlation_id="c", at=datetime(2026, 11, 29, tzinfo=UTC))
 CLUSTER = replace(PLANE, writer=Writer.CLUSTER)

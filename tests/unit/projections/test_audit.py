@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.audit import Change, Timeline
+from wingsmith.projections.audit import Change, Timeline
 
 
 def envelope(position: int, type_: str, **fields: Any) -> dict[str, Any]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from domain.base import Aggregate, Cause, Writer
-from domain.cluster import Cluster, Node, OperatorInfo
-from domain.workload import Workload
-from projections.base import Fold, Projection
-from projections.fleet import Clusters, Workloads
+from wingsmith.domain.base import Aggregate, Cause, Writer
+from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
+from wingsmith.domain.workload import Workload
+from wingsmith.projections.base import Fold, Projection
+from wingsmith.projections.fleet import Clusters, Workloads
 
 from .history import envelope, serving
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from projections.base import Fold
-from projections.fleet import (
+from wingsmith.projections.base import Fold
+from wingsmith.projections.fleet import (
     PROJECTIONS,
     Allocations,
     Capacity,

@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.base import Fold, Projection
-from projections.fleet import (
+from wingsmith.projections.base import Fold, Projection
+from wingsmith.projections.fleet import (
     PROJECTIONS,
     Allocations,
     Capacity,
@@ -19,7 +19,7 @@ from projections.fleet import (
     WorkloadPhase,
     Workloads,
 )
-from projections.render import Render
+from wingsmith.projections.render import Render
 
 from .history import Fleet, histories
 

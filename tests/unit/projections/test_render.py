@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.deployment import AdmissionReason, Authority, Deployment
-from projections.base import Fold
-from projections.render import Render
+from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.projections.base import Fold
+from wingsmith.projections.render import Render
 
 from .history import CLUSTER, PLANE, envelope, serving
 

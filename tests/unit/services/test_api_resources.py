@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.api import resources as r
-from services.api.app import Tokens
-from services.api.problems import Problem
+from wingsmith.services.api import resources as r
+from wingsmith.services.api.app import Tokens
+from wingsmith.services.api.problems import Problem
 
 
 class Views:

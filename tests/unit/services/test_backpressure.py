@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from eventsourcing.persistence import Notification
 
-from services import backpressure
-from services.backpressure import Backlog, Backpressure
+from wingsmith.services.hub import backpressure
+from wingsmith.services.hub.backpressure import Backlog, Backpressure
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.config import Settings
+from wingsmith.services.config import Settings
 
 
 def test_the_api_limits_have_defaults() -> None:

@@ -8,15 +8,20 @@ from typing import Any
 
 import pytest
 
-from domain.base import AlreadyExists, NotFound, Writer
-from domain.cluster import Cluster, Node
-from domain.deployment import Deployment
-from domain.project import Project
-from domain.replica import Replica
-from domain.values import ServingConfig
-from domain.workload import Workload
-from services import commands as c
-from services.handlers import HANDLERS, observe_deployment, observe_discovery, observe_replica
+from wingsmith.domain import commands as c
+from wingsmith.domain.base import AlreadyExists, NotFound, Writer
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import Deployment
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.workload import Workload
+from wingsmith.services.hub.handlers import (
+    HANDLERS,
+    observe_deployment,
+    observe_discovery,
+    observe_replica,
+)
 
 from ..domain.conftest import cluster, plane
 from .test_discover import observe, promote, sighting

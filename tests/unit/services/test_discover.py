@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from domain.base import DomainError
-from domain.cluster import Cluster, Node
-from domain.deployment import AdmissionPhase, Authority, AuthorityDrift, Deployment
-from domain.discovery import Discovery, DiscoveryState
-from domain.project import Project
-from domain.replica import Replica
-from domain.workload import Workload
-from services import commands as c
-from services.handlers import (
+from wingsmith.domain import commands as c
+from wingsmith.domain.base import DomainError
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import AdmissionPhase, Authority, AuthorityDrift, Deployment
+from wingsmith.domain.discovery import Discovery, DiscoveryState
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Replica
+from wingsmith.domain.workload import Workload
+from wingsmith.services.hub.handlers import (
     observe_deployment,
     observe_discovery,
     observe_heartbeat,
@@ -23,7 +23,7 @@ from services.handlers import (
     promote_discovery,
     track_discovery,
 )
-from services.liveness import Liveness
+from wingsmith.services.hub.liveness import Liveness
 
 from ..domain.conftest import cluster, plane
 from .test_observe import Repo, admitted_deployment, east, replica, status, types

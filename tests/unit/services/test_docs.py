@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.commands import COMMANDS
+from wingsmith.domain.commands import COMMANDS
 
 DOC = (Path(__file__).resolve().parents[3] / "docs" / "commands.md").read_text()
 SECTIONS = dict(re.findall(r"^## `wingsmith\.cmd\.([a-z_.]+)`\n(.*?)(?=^## |\Z)", DOC, re.M | re.S))

@@ -7,10 +7,10 @@ from typing import Any
 
 import orjson
 
-from adapters.store import Notification
-from projections.base import Fold
-from projections.fleet import PROJECTIONS
-from services.projector import envelope_problem, rebuild
+from wingsmith.adapters.store import Notification
+from wingsmith.projections.base import Fold
+from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.hub.projector import envelope_problem, rebuild
 
 AT = "2026-11-29T14:00:00+00:00"
 HISTORY: list[tuple[str, str, str, dict[str, Any]]] = [  # (aggregate, id, type, fields)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.config import HealthLimits, Settings
+from wingsmith.services.config import HealthLimits, Settings
 
 
 def test_defaults() -> None:

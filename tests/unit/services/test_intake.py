@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from adapters.nats_bus import Delivery
-from services import commands as c
-from services.config import Settings
-from services.ingest import Buckets, Intake, RateLimit, command_id_of
+from wingsmith.adapters.nats_bus import Delivery
+from wingsmith.domain import commands as c
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.ingest import Buckets, Intake, RateLimit, command_id_of
 
 HEARTBEAT = {"operator": {"instance": "i1", "version": "1.0", "read_only": False}}
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, durable_consumers
-from adapters.nats_consumers import ConsumerSeen, is_wingsmith_stream
-from services.config import Settings
-from services.janitor import (
+from wingsmith.adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, durable_consumers
+from wingsmith.adapters.nats_consumers import ConsumerSeen, is_wingsmith_stream
+from wingsmith.services.config import Settings
+from wingsmith.services.hub.janitor import (
     ConsumerJanitor,
     kept_durables,
     lasting,
@@ -187,7 +187,7 @@ async def test_the_sweep_deletes_counts_and_logs(caplog: pytest.LogCaptureFixtur
     admin = FakeAdmin([HUBS, EAST, ORDERED, ROGUE], {"east"})
     janitor = ConsumerJanitor(admin)
     assert await janitor.sweep() == []
-    with caplog.at_level(logging.WARNING, logger="services.janitor"):
+    with caplog.at_level(logging.WARNING, logger="wingsmith.services.hub.janitor"):
         assert await janitor.sweep() == [ROGUE]
     assert admin.present == [HUBS, EAST, ORDERED]
     assert janitor.removed == 1 and janitor.sweeps == 2

@@ -8,13 +8,13 @@ from typing import Any
 import orjson
 import pytest
 
-from domain.base import Aggregate, DomainError
-from domain.cluster import Cluster, Node
-from domain.deployment import AdmissionReason, Authority, Deployment
-from domain.replica import Replica
-from services import commands as c
-from services.handlers import observe_deployment, observe_replica
-from services.ingest import Refused, parse
+from wingsmith.domain import commands as c
+from wingsmith.domain.base import Aggregate, DomainError
+from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.replica import Replica
+from wingsmith.services.hub.handlers import observe_deployment, observe_replica
+from wingsmith.services.hub.ingest import Refused, parse
 
 from ..domain.conftest import cluster, plane, serving
 

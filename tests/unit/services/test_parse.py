@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from services.commands import INTERNAL_PREFIXES
-from services.hub import parse
+from wingsmith.domain.commands import INTERNAL_PREFIXES
+from wingsmith.services.hub.service import parse
 
 SUBJECT = "wingsmith.cmd.cluster.register"
 

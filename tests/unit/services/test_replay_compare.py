@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from projections.base import Fold
-from projections.fleet import QuotaUse
-from services.projector import compare
+from wingsmith.projections.base import Fold
+from wingsmith.projections.fleet import QuotaUse
+from wingsmith.services.hub.projector import compare
 
 
 def rebuilt() -> QuotaUse:

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters.nats_bus import MAX_REPORT
-from services import commands as c
-from services.ingest import Refused, command_id_of, parse
+from wingsmith.adapters.nats_bus import MAX_REPORT
+from wingsmith.domain import commands as c
+from wingsmith.services.hub.ingest import Refused, command_id_of, parse
 
 REPLICA = {
     "cluster_id": "east",

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from services.supervisor import ChildState, Supervisor
+from wingsmith.services.hub.supervisor import ChildState, Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time; print('READY', flush=True); time.sleep(600)"]
 QUITTER = [sys.executable, "-c", "raise SystemExit(3)"]
@@ -53,7 +53,9 @@ async def test_a_child_that_dies_at_once_is_restarted_ever_more_slowly(
             await until(lambda: supervisor.status.restarts >= 5)
         finally:
             await supervisor.stop()
-    delays = [r.args[2] for r in caplog.records if r.name == "services.supervisor"][:5]
+    delays = [r.args[2] for r in caplog.records if r.name == "wingsmith.services.hub.supervisor"][
+        :5
+    ]
     assert delays == [0.01, 0.02, 0.04, 0.08, 0.08]
     assert supervisor.status.last_exit is not None
     assert supervisor.status.last_exit.startswith("exited with code 3")

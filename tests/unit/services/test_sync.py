@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
-from domain.replica import Replica, Roster
-from services import commands as c
-from services.handlers import observe_replica, observe_sync
-from services.ingest import Refused, parse
+from wingsmith.domain import commands as c
+from wingsmith.domain.replica import Replica, Roster
+from wingsmith.services.hub.handlers import observe_replica, observe_sync
+from wingsmith.services.hub.ingest import Refused, parse
 
 from ..domain.conftest import cluster, plane
 from .test_observe import Repo, admitted_deployment, east, replica, types

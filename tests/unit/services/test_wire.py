@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.wire import DuplicateKey, duplicate_key, loads
+from wingsmith.services.wire import DuplicateKey, duplicate_key, loads
 
 
 def test_a_repeated_key_is_named_at_any_depth() -> None:

@@ -18,13 +18,13 @@ from pydantic import (
     model_validator,
 )
 
-from domain.admission import Decision, Placement
-from domain.base import Writer
-from domain.cluster import Node, OperatorInfo
-from domain.deployment import DeploymentStatus
-from domain.discovery import Sighting
-from domain.replica import SYNC_MAX_REPLICAS
-from domain.values import (
+from wingsmith.domain.admission import Decision, Placement
+from wingsmith.domain.base import Writer
+from wingsmith.domain.cluster import Node, OperatorInfo
+from wingsmith.domain.deployment import DeploymentStatus
+from wingsmith.domain.discovery import Sighting
+from wingsmith.domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.domain.values import (
     MAX_DEVICES_PER_NODE,
     DeploymentId,
     DeviceClass,

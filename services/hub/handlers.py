@@ -12,9 +12,17 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
-from domain.base import Aggregate, AlreadyExists, Cause, DomainError, InvalidValue, NotFound
-from domain.cluster import Cluster
-from domain.deployment import (
+from wingsmith.domain import commands as c
+from wingsmith.domain.base import (
+    Aggregate,
+    AlreadyExists,
+    Cause,
+    DomainError,
+    InvalidValue,
+    NotFound,
+)
+from wingsmith.domain.cluster import Cluster
+from wingsmith.domain.deployment import (
     AdmissionPhase,
     AdmissionReason,
     Authority,
@@ -22,12 +30,11 @@ from domain.deployment import (
     Deployment,
     DeploymentStatus,
 )
-from domain.discovery import Discovery, DiscoveryState, Sighting
-from domain.project import Project
-from domain.replica import Known, Replica, Roster, reconcile
-from domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode, is_name
-from domain.workload import Workload
-from services import commands as c
+from wingsmith.domain.discovery import Discovery, DiscoveryState, Sighting
+from wingsmith.domain.project import Project
+from wingsmith.domain.replica import Known, Replica, Roster, reconcile
+from wingsmith.domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode, is_name
+from wingsmith.domain.workload import Workload
 
 A = TypeVar("A", bound=Aggregate)
 

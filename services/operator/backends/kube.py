@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
-from domain.discovery import WORKER_ROLES
-from services.operator.dgd import (
+from wingsmith.adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
+from wingsmith.domain.discovery import WORKER_ROLES
+from wingsmith.services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -39,9 +39,9 @@ from services.operator.dgd import (
     LABEL_SERVING_DIGEST,
     deployment_label,
 )
-from services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
-from services.operator.plan import Action, Obj, components, plan, role
-from services.operator.runtime import Report
+from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
+from wingsmith.services.operator.plan import Action, Obj, components, plan, role
+from wingsmith.services.operator.runtime import Report
 
 log = logging.getLogger(__name__)
 

@@ -7,36 +7,30 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlparse
 
-from adapters import nats_bus
-from adapters.checkpoints import CheckpointStore
-from adapters.dead_letters import DeadLetters
-from adapters.dead_letters import stored as dead_letters_stored
-from adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
-from adapters.nats_server import EmbeddedNatsServer
-from adapters.simulated import SimNode, SimulatedCluster
-from adapters.store import Notification, NotWritable, StoreThread, store_env
-from projections.fleet import PROJECTIONS
-from services.api.app import Tokens
-from services.api.protocol import HttpLimits
-from services.api.server import Serving, serving
-from services.backpressure import Backlog, Backpressure
-from services.config import Settings
-from services.health import HEALTH_SUBJECT, HealthMonitor, Stages
-from services.hub import CommandService
-from services.ingest import Buckets, RateLimit, ingest
-from services.janitor import hub_janitor
-from services.liveness import Liveness
-from services.operator.runtime import OperatorOptions, run_operator
-from services.projector import Projector
-from services.relay import Relay
-from services.scheduler import Scheduler
-from services.supervisor import Supervisor, python_module
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.checkpoints import CheckpointStore
+from wingsmith.adapters.dead_letters import DeadLetters
+from wingsmith.adapters.dead_letters import stored as dead_letters_stored
+from wingsmith.adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import Notification, NotWritable, StoreThread, store_env
+from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.config import Settings, connect
+from wingsmith.services.health import HEALTH_SUBJECT
+from wingsmith.services.hub.backpressure import Backlog, Backpressure
+from wingsmith.services.hub.ingest import Buckets, RateLimit, ingest
+from wingsmith.services.hub.janitor import hub_janitor
+from wingsmith.services.hub.liveness import Liveness
+from wingsmith.services.hub.monitor import HealthMonitor, Stages
+from wingsmith.services.hub.projector import Projector
+from wingsmith.services.hub.relay import Relay
+from wingsmith.services.hub.scheduler import Scheduler
+from wingsmith.services.hub.service import CommandService
+from wingsmith.services.hub.supervisor import Supervisor, python_module
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +49,6 @@ class Hub:
     # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
     dead_letters: DeadLetters
     scheduler: Scheduler | None = None  # its `position`: folded and decided up to there
-
-
-async def connect(
-    settings: Settings, name: str, url: str | None = None, *, operator_of: str | None = None
-) -> nats_bus.Connection:
-    """A NATS connection as `name`, logged in with the configured credentials, if any; with
-    `operator_of`, the connection of that cluster's operator (replies under its own inbox)."""
-    login = settings.nats_credentials
-    url = url or settings.resolved_nats_url()
-    user, password = (login.user, login.password) if login else (None, None)
-    if operator_of is not None:
-        return await nats_bus.connect_operator(url, operator_of, user=user, password=password)
-    return await nats_bus.connect(url, name, user=user, password=password)
 
 
 @contextlib.asynccontextmanager
@@ -182,44 +163,6 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             await _shut_down(subscription, commands, relay, tasks)
 
 
-@contextlib.asynccontextmanager
-async def simulated_operators(
-    nc: nats_bus.Connection,
-    clusters: dict[str, list[SimNode]],
-    *,
-    ready_after: float = 1.0,
-    heartbeat_every: float = 5.0,
-    state_dir: Path | None = None,
-    sync_every: float = 60.0,
-) -> AsyncIterator[dict[str, SimulatedCluster]]:
-    """An operator on a simulated cluster for each entry, for as long as the block runs; with
-    `state_dir`, the clusters' pods outlive it."""
-    simulated = {
-        cluster_id: SimulatedCluster(
-            cluster_id,
-            nodes,
-            ready_after=ready_after,
-            state_file=state_dir / f"{cluster_id}.json" if state_dir else None,
-        )
-        for cluster_id, nodes in clusters.items()
-    }
-    tasks = []
-    for cluster_id, cluster in simulated.items():
-        options = OperatorOptions(
-            cluster_id=cluster_id,
-            simulated=True,
-            heartbeat_every=heartbeat_every,
-            sync_every=sync_every,
-        )
-        tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
-        tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))
-    try:
-        yield simulated
-    finally:
-        for task in tasks:
-            await nats_bus.cancel_and_wait(task)
-
-
 def scheduler_process(
     store: StoreThread, relay: Relay, commands: CommandService, dead_letters: DeadLetters
 ) -> Scheduler:
@@ -313,7 +256,7 @@ async def supervised_projector(nats_url: str, settings: Settings) -> AsyncIterat
     if settings.nats_credentials:
         env[USER_VARIABLE] = settings.nats_credentials.user
         env[PASSWORD_VARIABLE] = settings.nats_credentials.password
-    supervisor = Supervisor("projector", python_module("services.cli", "projector"), env)
+    supervisor = Supervisor("projector", python_module("wingsmith", "projector"), env)
     supervisor.start()
     try:
         yield supervisor
@@ -391,41 +334,3 @@ def _both(
         second(notifications)
 
     return both
-
-
-@contextlib.asynccontextmanager
-async def running_api(
-    settings: Settings, url: str | None = None, *, local_token: bool = False
-) -> AsyncIterator[Serving]:
-    """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends.
-    With `local_token` and no tokens configured, it accepts the token kept in the data
-    directory (made on first use), so the CLI on this machine can use it."""
-    writers, readers = dict(settings.api_tokens), dict(settings.api_read_tokens)
-    if not writers and not readers:
-        if not local_token:
-            raise RuntimeError("set WINGSMITH_API_TOKENS (NAME:TOKEN,...) to serve the API")
-        writers[_local_token(settings.api_token_file)] = "local"
-    nc = await connect(settings, "wingsmith-api", url)
-    try:
-        host, port = settings.api_listen
-        limits = HttpLimits(
-            settings.api_header_timeout, settings.api_body_timeout, settings.api_max_connections
-        )
-        async with serving(nc, Tokens(writers, readers), host, port, limits) as api:
-            settings.api_url_file.parent.mkdir(parents=True, exist_ok=True)
-            settings.api_url_file.write_text(api.url)
-            try:
-                yield api
-            finally:
-                settings.api_url_file.unlink(missing_ok=True)
-    finally:
-        await nc.close()
-
-
-def _local_token(path: Path) -> str:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
-    return path.read_text().strip()

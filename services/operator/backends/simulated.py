@@ -32,16 +32,15 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 import orjson
-from nats.aio.msg import Msg
 
-from adapters import nats_bus
+from wingsmith.adapters import nats_bus
+from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 log = logging.getLogger(__name__)
 
@@ -172,19 +171,14 @@ class SimulatedCluster:
     async def serve_faults(self, nc: nats_bus.Connection) -> None:
         """Answer fault requests until cancelled."""
 
-        async def on_request(msg: Msg) -> None:
+        async def answer(request: bytes) -> bytes:
             try:
-                reply = await self._fault(msg.data)
+                reply = await self._fault(request)
             except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
                 reply = {"ok": False, "error": f"not a fault request: {e}"}
-            await msg.respond(orjson.dumps(reply))
+            return orjson.dumps(reply)
 
-        subscription = await nc.subscribe(fault_subject(self.cluster_id), cb=on_request)
-        try:
-            await asyncio.Future()  # until cancelled
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await subscription.unsubscribe()
+        await nats_bus.answer_requests(nc, fault_subject(self.cluster_id), answer)
 
     # -- what survives a restart ---------------------------------------------------------
 
@@ -582,3 +576,41 @@ def _pod(pod: Pod) -> dict[str, Any]:
         "serving_digest": pod.digest,
         "engine_version": pod.engine_version,
     }
+
+
+@contextlib.asynccontextmanager
+async def simulated_operators(
+    nc: nats_bus.Connection,
+    clusters: dict[str, list[SimNode]],
+    *,
+    ready_after: float = 1.0,
+    heartbeat_every: float = 5.0,
+    state_dir: Path | None = None,
+    sync_every: float = 60.0,
+) -> AsyncIterator[dict[str, SimulatedCluster]]:
+    """An operator on a simulated cluster for each entry, for as long as the block runs; with
+    `state_dir`, the clusters' pods outlive it."""
+    simulated = {
+        cluster_id: SimulatedCluster(
+            cluster_id,
+            nodes,
+            ready_after=ready_after,
+            state_file=state_dir / f"{cluster_id}.json" if state_dir else None,
+        )
+        for cluster_id, nodes in clusters.items()
+    }
+    tasks = []
+    for cluster_id, cluster in simulated.items():
+        options = OperatorOptions(
+            cluster_id=cluster_id,
+            simulated=True,
+            heartbeat_every=heartbeat_every,
+            sync_every=sync_every,
+        )
+        tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
+        tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))
+    try:
+        yield simulated
+    finally:
+        for task in tasks:
+            await nats_bus.cancel_and_wait(task)

@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from adapters.dead_letters import Component, DeadLetters, SetAside
-from adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
-from services import commands as c
-from services.wire import DuplicateKey, loads
+from wingsmith.adapters.dead_letters import Component, DeadLetters, SetAside
+from wingsmith.adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
+from wingsmith.domain import commands as c
+from wingsmith.services.wire import DuplicateKey, loads
 
 log = logging.getLogger(__name__)
 

@@ -38,21 +38,21 @@ from typing import Any
 
 import orjson
 
-from adapters.dead_letters import Component, SetAside
-from adapters.store import Notification
-from domain import subjects
-from domain.admission import Decision, Ledger, Placement
-from domain.base import split_id
-from services.commands import (
+from wingsmith.adapters.dead_letters import Component, SetAside
+from wingsmith.adapters.store import Notification
+from wingsmith.domain import subjects
+from wingsmith.domain.admission import Decision, Ledger, Placement
+from wingsmith.domain.base import split_id
+from wingsmith.domain.commands import (
     ADMISSION_PREFIX,
     PLACEMENT_PREFIX,
     Command,
     DecideAdmission,
     PlaceWorkload,
 )
-from services.hub import Chain
-from services.projector import READ_PAGE
-from services.relay import event_type
+from wingsmith.services.hub.projector import READ_PAGE
+from wingsmith.services.hub.relay import event_type
+from wingsmith.services.hub.service import Chain
 
 
 def event_subject(note: Notification) -> str:

@@ -21,10 +21,10 @@ import httpx
 import orjson
 import yaml
 
-from domain.deployment import AdmissionPhase
-from domain.values import Backend, ServingMode
-from services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
-from services.terminal import Progress, table
+from wingsmith.domain.deployment import AdmissionPhase
+from wingsmith.domain.values import Backend, ServingMode
+from wingsmith.services.cli.terminal import Progress, table
+from wingsmith.services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 REQUIRED = (

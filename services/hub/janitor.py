@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, operator_consumer
-from adapters.nats_bus import Connection, cancel_and_wait
-from adapters.nats_consumers import ConsumerSeen, NatsConsumerAdmin
+from wingsmith.adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, operator_consumer
+from wingsmith.adapters.nats_bus import Connection, cancel_and_wait
+from wingsmith.adapters.nats_consumers import ConsumerSeen, NatsConsumerAdmin
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from adapters.store import Notification
+from wingsmith.adapters.store import Notification
 
 MARKS = 100_000  # committed batches remembered; beyond, the oldest one still tells the age
 

@@ -26,14 +26,14 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from adapters.checkpoints import Checkpoint, CheckpointStore
-from adapters.dead_letters import Component, DeadLetters
-from adapters.nats_bus import POSITION_HEADER, OutMessage, StreamMessage, Unpublishable
-from adapters.store import Notification, StoreThread
-from domain.subjects import key_subject
-from projections.base import Fold, Keys, Projection, failure
-from projections.fleet import PROJECTIONS
-from services.relay import event_type, to_message
+from wingsmith.adapters.checkpoints import Checkpoint, CheckpointStore
+from wingsmith.adapters.dead_letters import Component, DeadLetters
+from wingsmith.adapters.nats_bus import POSITION_HEADER, OutMessage, StreamMessage, Unpublishable
+from wingsmith.adapters.store import Notification, StoreThread
+from wingsmith.domain.subjects import key_subject
+from wingsmith.projections.base import Fold, Keys, Projection, failure
+from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.hub.relay import event_type, to_message
 
 log = logging.getLogger(__name__)
 

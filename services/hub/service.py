@@ -27,13 +27,13 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from adapters.store import Conflict, EventStore, Notification, StoreThread
-from domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
-from domain.receipt import CommandReceipt
-from services.backpressure import Backpressure
-from services.commands import COMMANDS, Command, reserved_prefix
-from services.handlers import HANDLERS
-from services.wire import duplicate_key
+from wingsmith.adapters.store import Conflict, EventStore, Notification, StoreThread
+from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
+from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
+from wingsmith.domain.receipt import CommandReceipt
+from wingsmith.services.hub.backpressure import Backpressure
+from wingsmith.services.hub.handlers import HANDLERS
+from wingsmith.services.wire import duplicate_key
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from services.commands import SILENCE_PREFIX, Command, SetClusterReachability
+from wingsmith.domain.commands import SILENCE_PREFIX, Command, SetClusterReachability
 
 log = logging.getLogger(__name__)
 

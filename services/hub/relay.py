@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 import orjson
 
-from adapters.nats_bus import OutMessage, StreamTail
-from adapters.store import Notification, StoreThread
-from domain import subjects
-from domain.base import split_id
-from domain.receipt import CommandReceipt
+from wingsmith.adapters.nats_bus import OutMessage, StreamTail
+from wingsmith.adapters.store import Notification, StoreThread
+from wingsmith.domain import subjects
+from wingsmith.domain.base import split_id
+from wingsmith.domain.receipt import CommandReceipt
 
 log = logging.getLogger(__name__)
 

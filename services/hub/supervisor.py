@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from adapters.nats_bus import cancel_and_wait
-from adapters.nats_server import die_with_parent
+from wingsmith.adapters.nats_bus import cancel_and_wait
+from wingsmith.adapters.nats_server import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -18,37 +18,38 @@ from typing import Any
 
 import orjson
 
-from adapters import nats_bus
-from adapters.checkpoints import CheckpointStore
-from adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM, Component
-from adapters.kube import Kube
-from adapters.simulated import SimNode, SimulatedCluster, fault_subject, nodes_from_spec
-from adapters.store import StoreThread, store_env
-from domain import subjects
-from domain.values import Backend as EngineBackend
-from domain.values import is_name
-from projections.audit import Entry, Timeline
-from projections.fleet import PROJECTIONS
-from services.bootstrap import (
-    connect,
-    running_api,
-    running_hub,
-    running_projector,
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.checkpoints import CheckpointStore
+from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM, Component
+from wingsmith.adapters.kube import Kube
+from wingsmith.adapters.store import StoreThread, store_env
+from wingsmith.domain import subjects
+from wingsmith.domain.commands import json_schemas
+from wingsmith.domain.values import Backend as EngineBackend
+from wingsmith.domain.values import is_name
+from wingsmith.projections.audit import Entry, Timeline
+from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.api.server import running_api
+from wingsmith.services.cli.client import add_commands
+from wingsmith.services.cli.terminal import Progress
+from wingsmith.services.config import Settings, connect
+from wingsmith.services.health import NoHealth, Status
+from wingsmith.services.health import ask as ask_health
+from wingsmith.services.hub.projector import as_of, compare, rebuild
+from wingsmith.services.hub.relay import event_type
+from wingsmith.services.hub.supervisor import READY
+from wingsmith.services.hub.wiring import running_hub, running_projector
+from wingsmith.services.operator.backends.kube import KubeBackend
+from wingsmith.services.operator.backends.simulated import (
+    SimNode,
+    SimulatedCluster,
+    fault_subject,
+    nodes_from_spec,
     simulated_operators,
 )
-from services.client import add_commands
-from services.commands import json_schemas
-from services.config import Settings
-from services.health import NoHealth, Status
-from services.health import ask as ask_health
-from services.operator.dgd import render_yaml
-from services.operator.inspect import inspect_dgd, load_manifest
-from services.operator.kube import KubeBackend
-from services.operator.runtime import Backend, OperatorOptions, run_operator
-from services.projector import as_of, compare, rebuild
-from services.relay import event_type
-from services.supervisor import READY
-from services.terminal import Progress
+from wingsmith.services.operator.dgd import render_yaml
+from wingsmith.services.operator.inspect import inspect_dgd, load_manifest
+from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -796,7 +797,3 @@ async def _projector_reached(nc: nats_bus.Connection, position: int, timeout: fl
                 f"{position:,}; is it running? (waited {timeout:.0f}s)"
             )
         await asyncio.sleep(0.2)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

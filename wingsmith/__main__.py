@@ -1,0 +1,5 @@
+"""`python -m wingsmith`: the command line."""
+
+from wingsmith.services.cli.main import main
+
+raise SystemExit(main())
