@@ -78,13 +78,24 @@ class PydanticMapper(Mapper[str]):
         return decode_event(stored_event)
 
 
+# Stored topics name an event by its module inside the package (`domain.deployment:...`), so
+# the store does not depend on the name the code is installed under.
+_PACKAGE = "wingsmith."
+
+
 @functools.cache
 def _topic(cls: Any) -> str:
-    return get_topic(cls)
+    return get_topic(cls).removeprefix(_PACKAGE)
+
+
+@functools.cache
+def _event_class(topic: str) -> type[Event]:
+    cls: type[Event] = resolve_topic(_PACKAGE + topic)
+    return cls
 
 
 def decode_event(stored: StoredEvent) -> Event:
-    cls: type[Event] = resolve_topic(stored.topic)
+    cls = _event_class(stored.topic)
     state = orjson.loads(stored.state)
     state["originator_id"] = stored.originator_id
     state["originator_version"] = stored.originator_version
