@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from wingsmith.domain.base import Aggregate, Cause, Created, Event, Writer, require_writer
+from wingsmith.domain.base import (
+    Aggregate,
+    Cause,
+    Created,
+    Event,
+    InvalidValue,
+    Writer,
+    require_writer,
+)
 from wingsmith.domain.values import (
     MAX_DEVICES_PER_NODE,
     DeviceClass,
@@ -95,6 +104,40 @@ class Cluster(Aggregate):
             self.__dict__["_node_index"] = index
         found: Node | None = index[1].get(node_id)
         return found
+
+    def only_device_class(self) -> str:
+        """The cluster's one device class, which an adoption defaults to."""
+        classes = sorted(self.devices())
+        if len(classes) != 1:
+            raise InvalidValue(
+                f"cluster {self.key!r} has device classes {classes}: give device_class",
+                field="device_class",
+            )
+        return classes[0]
+
+    def check_devices(self, node_id: str, device_ids: Sequence[str]) -> None:
+        """A replica holds devices only on a node the cluster reported, no more than that node
+        has, and (when the cluster named them) only devices of that node."""
+        if not device_ids:
+            return
+        node = self.node(node_id)
+        if node is None:
+            raise InvalidValue(
+                f"node {node_id!r} is not in the inventory cluster {self.key!r} reported",
+                field="node_id",
+            )
+        if len(device_ids) > node.devices:
+            raise InvalidValue(
+                f"{len(device_ids)} devices on node {node.node_id!r}, which reported "
+                f"{node.devices}",
+                field="device_ids",
+            )
+        unknown = sorted(set(device_ids) - set(node.device_ids)) if node.device_ids else []
+        if unknown:
+            raise InvalidValue(
+                f"device {unknown[0]!r} is not one of node {node.node_id!r}'s reported devices",
+                field="device_ids",
+            )
 
     def topology_domains(self) -> set[str]:
         return {n.topology_domain for n in self.nodes if n.topology_domain}

@@ -10,8 +10,9 @@ winds down (its pods terminating); none of that moves its admission phase any mo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -28,6 +29,9 @@ from wingsmith.domain.base import (
     require_writer,
 )
 from wingsmith.domain.values import Frozen, ResourceRef, ServingConfig
+
+if TYPE_CHECKING:
+    from wingsmith.domain.replica import Replica
 
 
 class AdmissionPhase(StrEnum):
@@ -286,6 +290,36 @@ class Deployment(Aggregate):
             return  # deleted: nothing is admitted that could fail
         self._check_transition(AdmissionPhase.FAILED)
         self._record(DeploymentFailed, cause, reason=reason, message=message)
+
+    def follow_replicas(self, cause: Cause, replicas: Iterable[Replica]) -> None:
+        """The phase follows the replicas: placed once a live one holds devices, running once
+        one is ready."""
+        live = [r for r in replicas if not r.terminated]
+        if any(r.device_ids for r in live):
+            self._advance(cause, AdmissionPhase.PLACED)
+        if any(r.ready for r in live):
+            self._advance(cause, AdmissionPhase.RUNNING)
+
+    def record_status(self, cause: Cause, status: DeploymentStatus, *, version: int) -> None:
+        """The cluster's status, recorded as it is (`observe_status`); a failure, or no ready
+        replica left, moves the admission phase."""
+        if not self.observe_status(cause, status, version=version):
+            return
+        if status.phase is ClusterPhase.FAILED:
+            reason = status.reason or "Failed"
+            self.mark_failed(cause, reason, status.message or reason)
+        elif status.ready_replicas == 0 and self.admission_phase is AdmissionPhase.RUNNING:
+            self.mark_placed(cause)  # allocated, but nothing serves now
+        elif status.ready_replicas:
+            self._advance(cause, AdmissionPhase.RUNNING)
+
+    def _advance(self, cause: Cause, phase: AdmissionPhase) -> None:
+        """admitted -> placed -> running, as far as `phase`; a deployment that is not admitted
+        (pending, failed) does not move on what its replicas do."""
+        if self.admission_phase is AdmissionPhase.ADMITTED:
+            self.mark_placed(cause)
+        if phase is AdmissionPhase.RUNNING and self.admission_phase is AdmissionPhase.PLACED:
+            self.mark_running(cause)
 
     def observe_status(self, cause: Cause, status: DeploymentStatus, *, version: int = 0) -> bool:
         """Record the cluster's status. `version` is the cluster's own ordering (0: none): a

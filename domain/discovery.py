@@ -9,14 +9,16 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from wingsmith.domain.base import (
     Aggregate,
+    AlreadyExists,
     Cause,
     Created,
     Event,
     IllegalTransition,
+    InvalidValue,
     Writer,
     require_writer,
 )
@@ -27,6 +29,10 @@ from wingsmith.domain.values import (
     Frozen,
     Namespace,
     ObjectName,
+    Parallelism,
+    ServingConfig,
+    ServingMode,
+    is_name,
     text,
 )
 
@@ -77,6 +83,45 @@ class Sighting(Frozen):
         by_role = {c.role: c for c in reversed(self.workers())}
         return next((by_role[r] for r in WORKER_ROLES if r in by_role), None)
 
+    def devices_per_replica(self) -> int:
+        """All workers' devices per replica of the primary worker: in a disaggregated graph the
+        prefill workers' count with the decode workers'. 0 when they do not divide evenly."""
+        primary = self.primary()
+        if primary is None:
+            return 0
+        workers = self.workers()
+        if not primary.replicas:
+            return sum(c.gpus_per_replica for c in workers)
+        total = sum(c.gpus_per_replica * c.replicas for c in workers)
+        return total // primary.replicas if total % primary.replicas == 0 else 0
+
+    def implied_serving(self) -> ServingConfig:
+        """The serving configuration the manifest implies; what it leaves out must be given."""
+        for field, value in (("backend", self.backend), ("model", self.model)):
+            if value is None:
+                raise InvalidValue(
+                    f"the manifest does not say the {field}: give serving", field=field
+                )
+        disaggregated = bool({c.role for c in self.workers()} & {"prefill", "decode"})
+        try:
+            return ServingConfig(
+                model=self.model,
+                backend=self.backend,
+                engine_version=self.engine_version or "unknown",
+                image=self.image,
+                mode=ServingMode.DISAGGREGATED if disaggregated else ServingMode.AGGREGATED,
+                devices_per_replica=self.devices_per_replica(),
+                parallelism=Parallelism(tensor=self.tensor_parallel or 1),
+            )
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "serving"
+            raise InvalidValue(
+                f"the manifest implies an invalid serving config ({where}: {first['msg']}): "
+                "give serving",
+                field=f"serving.{where}",
+            ) from None
+
 
 class Discovery(Aggregate):
     kind = "discovery"
@@ -89,6 +134,29 @@ class Discovery(Aggregate):
     @staticmethod
     def key_for(cluster_id: str, namespace: str, name: str) -> str:
         return f"{cluster_id}--{namespace}--{name.replace('.', '-')}"
+
+    def adoption(self, workload_id: str | None) -> tuple[str, DiscoveredComponent]:
+        """The workload a promotion declares (the one given, else the manifest's name) and the
+        worker it adopts, or why the discovery cannot be promoted."""
+        if self.state is DiscoveryState.PROMOTED:
+            raise AlreadyExists(
+                f"discovery {self.key!r} was promoted to workload {self.workload_id!r}",
+                field="discovery_id",
+            )
+        if not self.present:
+            raise InvalidValue(
+                "the model is no longer running on its cluster", field="discovery_id"
+            )
+        primary = self.sighting.primary()
+        if primary is None:
+            raise InvalidValue("the sighting has no worker to adopt", field="discovery_id")
+        workload_id = workload_id or self.sighting.name
+        if not is_name(workload_id):
+            raise InvalidValue(
+                f"{workload_id!r} is not a valid workload id: give workload_id",
+                field="workload_id",
+            )
+        return workload_id, primary
 
     @classmethod
     def sight(cls, cause: Cause, cluster_id: str, sighting: Sighting) -> Discovery:

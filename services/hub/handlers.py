@@ -10,8 +10,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from pydantic import ValidationError
-
 from wingsmith.domain import commands as c
 from wingsmith.domain.base import (
     Aggregate,
@@ -23,17 +21,14 @@ from wingsmith.domain.base import (
 )
 from wingsmith.domain.cluster import Cluster
 from wingsmith.domain.deployment import (
-    AdmissionPhase,
     AdmissionReason,
     Authority,
-    ClusterPhase,
     Deployment,
-    DeploymentStatus,
 )
-from wingsmith.domain.discovery import Discovery, DiscoveryState, Sighting
+from wingsmith.domain.discovery import Discovery, Sighting
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Known, Replica, Roster, reconcile
-from wingsmith.domain.values import Parallelism, ResourceRef, ServingConfig, ServingMode, is_name
+from wingsmith.domain.values import ResourceRef
 from wingsmith.domain.workload import Workload
 
 A = TypeVar("A", bound=Aggregate)
@@ -262,7 +257,9 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
     key = Replica.key_for(deployment.key, cmd.pod)
     replica = repo.get(Replica, key)
     if replica is None:
-        _check_devices(repo, cmd, cmd.cluster_id)
+        _require(repo, Cluster, cmd.cluster_id, "cluster_id").check_devices(
+            cmd.node_id, cmd.device_ids
+        )
         replica = Replica.start(
             cause,
             deployment_id=deployment.key,
@@ -282,36 +279,15 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
             replica.mark_not_ready(cause, version=cmd.version)
         elif cmd.state == "terminated":
             _terminate(repo, deployment.key, replica, cause)
-    _follow_replicas(deployment, [replica], cause)
+    deployment.follow_replicas(cause, [replica])
     return {"replica_id": key, "admission_phase": deployment.admission_phase.value}
 
 
 def _check_devices(
-    repo: Repository, cmd: c.ObserveReplica | c.SyncedReplica, cluster_id: str
+    repo: Repository, cluster_id: str, pod: c.ObserveReplica | c.SyncedReplica
 ) -> None:
-    """A replica holds devices only on a node its cluster reported, no more than that node
-    has, and (when the cluster named them) only devices of that node."""
-    if not cmd.device_ids:
-        return
-    cluster = _require(repo, Cluster, cluster_id, "cluster_id")
-    node = cluster.node(cmd.node_id)
-    if node is None:
-        raise InvalidValue(
-            f"node {cmd.node_id!r} is not in the inventory cluster {cluster_id!r} reported",
-            field="node_id",
-        )
-    if len(cmd.device_ids) > node.devices:
-        raise InvalidValue(
-            f"{len(cmd.device_ids)} devices on node {node.node_id!r}, which reported "
-            f"{node.devices}",
-            field="device_ids",
-        )
-    unknown = sorted(set(cmd.device_ids) - set(node.device_ids)) if node.device_ids else []
-    if unknown:
-        raise InvalidValue(
-            f"device {unknown[0]!r} is not one of node {node.node_id!r}'s reported devices",
-            field="device_ids",
-        )
+    if pod.device_ids:  # a replica that holds none needs no inventory
+        _require(repo, Cluster, cluster_id, "cluster_id").check_devices(pod.node_id, pod.device_ids)
 
 
 def _roster(repo: Repository, deployment_id: str, cause: Cause) -> Roster:
@@ -327,16 +303,6 @@ def _terminate(repo: Repository, deployment_id: str, replica: Replica, cause: Ca
     roster = repo.get(Roster, deployment_id)
     if roster is not None:
         roster.leave(cause, replica.name)
-
-
-def _follow_replicas(deployment: Deployment, replicas: list[Replica], cause: Cause) -> None:
-    """The deployment's phase follows its replicas: placed once one holds devices, running
-    once one is ready."""
-    live = [r for r in replicas if not r.terminated]
-    if any(r.device_ids for r in live):
-        _advance(deployment, cause, AdmissionPhase.PLACED)
-    if any(r.ready for r in live):
-        _advance(deployment, cause, AdmissionPhase.RUNNING)
 
 
 def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str, Any]:
@@ -369,10 +335,10 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
     for name in reported.keys() - (roster.names if roster else set()) - set(plan.record):
         if not replicas[name].terminated:  # live, yet recorded before rosters were kept
             _roster(repo, deployment.key, cause).join(cause, name)
-    _follow_replicas(deployment, list(replicas.values()), cause)
+    deployment.follow_replicas(cause, replicas.values())
     # recorded only when they say something new: a sync that agrees records nothing
     if cmd.status is not None and cmd.status != deployment.status:
-        _record_status(deployment, cause, cmd.status, cmd.version)
+        deployment.record_status(cause, cmd.status, version=cmd.version)
     digests = dict(Counter(r.serving_digest for r in cmd.replicas))
     if digests != deployment.live_digests:
         deployment.observe_live_digests(cause, digests, version=cmd.version)
@@ -391,7 +357,9 @@ def _unrecordable(repo: Repository, cluster_id: str, pods: list[c.SyncedReplica]
     skipped: dict[str, str] = {}
     for pod in pods:
         try:
-            _check_devices(repo, pod, cluster_id)
+            _require(repo, Cluster, cluster_id, "cluster_id").check_devices(
+                pod.node_id, pod.device_ids
+            )
         except InvalidValue as e:
             skipped[pod.pod] = str(e)
     return skipped
@@ -423,25 +391,10 @@ def observe_deployment(repo: Repository, cmd: c.ObserveDeployment, cause: Cause)
     recorded (by the cluster's `version`) changes nothing."""
     deployment = _observed(repo, cmd.cluster_id, cmd.deployment_id)
     if cmd.status is not None:
-        _record_status(deployment, cause, cmd.status, cmd.version)
+        deployment.record_status(cause, cmd.status, version=cmd.version)
     if cmd.live_digests is not None:
         deployment.observe_live_digests(cause, dict(cmd.live_digests), version=cmd.version)
     return {"deployment_id": deployment.key, "admission_phase": deployment.admission_phase.value}
-
-
-def _record_status(
-    deployment: Deployment, cause: Cause, status: DeploymentStatus, version: int
-) -> None:
-    """A failure, or a deployment with no ready replica left, moves the admission phase."""
-    if not deployment.observe_status(cause, status, version=version):
-        return
-    if status.phase is ClusterPhase.FAILED:
-        reason = status.reason or "Failed"
-        deployment.mark_failed(cause, reason, status.message or reason)
-    elif status.ready_replicas == 0 and deployment.admission_phase is AdmissionPhase.RUNNING:
-        deployment.mark_placed(cause)  # allocated, but nothing serves now
-    elif status.ready_replicas:
-        _advance(deployment, cause, AdmissionPhase.RUNNING)
 
 
 def observe_action(repo: Repository, cmd: c.ObserveAction, cause: Cause) -> dict[str, Any]:
@@ -502,31 +455,17 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
     """Adopt what runs: a workload pinned to the cluster, with one observed deployment that
     records the engine's arguments as imported_args. Nothing on the cluster changes."""
     discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
-    if discovery.state is DiscoveryState.PROMOTED:
-        raise AlreadyExists(
-            f"discovery {discovery.key!r} was promoted to workload {discovery.workload_id!r}",
-            field="discovery_id",
-        )
-    if not discovery.present:
-        raise InvalidValue("the model is no longer running on its cluster", field="discovery_id")
+    workload_id, primary = discovery.adoption(cmd.workload_id)
     sighting = discovery.sighting
-    primary = sighting.primary()
-    if primary is None:
-        raise InvalidValue("the sighting has no worker to adopt", field="discovery_id")
-    workload_id = cmd.workload_id or sighting.name
-    if not is_name(workload_id):
-        raise InvalidValue(
-            f"{workload_id!r} is not a valid workload id: give workload_id", field="workload_id"
-        )
     _check_unused(repo, workload_id)
     _require(repo, Project, cmd.project, "project")
     cluster = _require(repo, Cluster, discovery.cluster_id, "discovery_id")
-    serving = cmd.serving or _serving_of(discovery)
+    serving = cmd.serving or sighting.implied_serving()
     workload = Workload.create(
         cause,
         workload_id,
         project=cmd.project,
-        device_class=cmd.device_class or _one_device_class(cluster),
+        device_class=cmd.device_class or cluster.only_device_class(),
         serving=serving,
         replicas=primary.replicas,
         cluster_pin=cluster.key,
@@ -537,56 +476,6 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
     return _workload_result(workload) | {"discovery_id": discovery.key}
 
 
-def _serving_of(discovery: Discovery) -> ServingConfig:
-    """The serving configuration a sighting implies; what it leaves out must be given."""
-    s = discovery.sighting
-    for field, value in (("backend", s.backend), ("model", s.model)):
-        if value is None:
-            raise InvalidValue(f"the manifest does not say the {field}: give serving", field=field)
-    disaggregated = bool({component.role for component in s.workers()} & {"prefill", "decode"})
-    try:
-        return ServingConfig(
-            model=s.model,
-            backend=s.backend,
-            engine_version=s.engine_version or "unknown",
-            image=s.image,
-            mode=ServingMode.DISAGGREGATED if disaggregated else ServingMode.AGGREGATED,
-            devices_per_replica=_devices_per_replica(s),
-            parallelism=Parallelism(tensor=s.tensor_parallel or 1),
-        )
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "serving"
-        raise InvalidValue(
-            f"the manifest implies an invalid serving config ({where}: {first['msg']}): "
-            "give serving",
-            field=f"serving.{where}",
-        ) from None
-
-
-def _devices_per_replica(s: Sighting) -> int:
-    """All workers' devices per replica of the primary worker: in a disaggregated graph the
-    prefill workers' count with the decode workers'. 0 when they do not divide evenly."""
-    primary = s.primary()
-    if primary is None:
-        return 0
-    workers = s.workers()
-    if not primary.replicas:
-        return sum(c.gpus_per_replica for c in workers)
-    total = sum(c.gpus_per_replica * c.replicas for c in workers)
-    return total // primary.replicas if total % primary.replicas == 0 else 0
-
-
-def _one_device_class(cluster: Cluster) -> str:
-    classes = sorted(cluster.devices())
-    if len(classes) != 1:
-        raise InvalidValue(
-            f"cluster {cluster.key!r} has device classes {classes}: give device_class",
-            field="device_class",
-        )
-    return classes[0]
-
-
 def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployment:
     deployment = _require(repo, Deployment, deployment_id, "deployment_id")
     if deployment.cluster_id != cluster_id:
@@ -595,15 +484,6 @@ def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployme
             field="cluster_id",
         )
     return deployment
-
-
-def _advance(deployment: Deployment, cause: Cause, phase: AdmissionPhase) -> None:
-    """admitted -> placed -> running, as far as `phase`; a deployment that is not admitted
-    (pending, failed) does not move on what its replicas do."""
-    if deployment.admission_phase is AdmissionPhase.ADMITTED:
-        deployment.mark_placed(cause)
-    if phase is AdmissionPhase.RUNNING and deployment.admission_phase is AdmissionPhase.PLACED:
-        deployment.mark_running(cause)
 
 
 def _workload_result(workload: Workload) -> dict[str, Any]:

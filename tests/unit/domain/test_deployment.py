@@ -12,6 +12,7 @@ from wingsmith.domain.deployment import (
     Deployment,
     DeploymentStatus,
 )
+from wingsmith.domain.replica import Replica
 
 from .conftest import cluster, plane, recorded, serving
 
@@ -248,3 +249,53 @@ def test_only_the_plane_deletes() -> None:
     d = managed()
     with pytest.raises(WrongWriter):
         d.delete(cluster())
+
+
+def replica(*, devices: tuple[str, ...] = ("GPU-0",), ready: bool = False) -> Replica:
+    r = Replica.start(
+        cluster(),
+        deployment_id="llama--east",
+        name="llama-worker-0",
+        node_id="n1",
+        device_ids=devices,
+        serving_digest="d",
+        engine_version="0.9.2",
+    )
+    if ready:
+        r.mark_ready(cluster())
+    return r
+
+
+def test_the_phase_follows_live_replicas_only_once_admitted() -> None:
+    d = managed()
+    d.follow_replicas(cluster(), [replica(ready=True)])
+    assert d.admission_phase is AdmissionPhase.PENDING  # not admitted: replicas move nothing
+    admit(d)
+    gone = replica(ready=True)
+    gone.terminate(cluster())
+    d.follow_replicas(cluster(), [gone, replica(devices=())])
+    assert d.admission_phase is AdmissionPhase.ADMITTED  # neither live nor holding devices
+    d.follow_replicas(cluster(), [replica()])
+    assert d.admission_phase is AdmissionPhase.PLACED
+    d.follow_replicas(cluster(), [replica(ready=True)])
+    assert recorded(d) == ["AdmissionDecided", "DeploymentPlaced", "DeploymentRunning"]
+
+
+def status(phase: ClusterPhase, ready: int, **kw: object) -> DeploymentStatus:
+    return DeploymentStatus(phase=phase, ready_replicas=ready, desired_replicas=2, **kw)  # type: ignore[arg-type]
+
+
+def test_a_status_moves_the_phase_only_when_it_is_news() -> None:
+    d = managed()
+    admit(d)
+    d.record_status(cluster(), status(ClusterPhase.READY, 2), version=5)
+    assert d.admission_phase is AdmissionPhase.RUNNING
+    d.record_status(cluster(), status(ClusterPhase.PROGRESSING, 0), version=4)  # older
+    assert d.admission_phase is AdmissionPhase.RUNNING
+    d.record_status(cluster(), status(ClusterPhase.PROGRESSING, 0), version=6)
+    assert d.admission_phase is AdmissionPhase.PLACED  # allocated, nothing serves
+    d.record_status(cluster(), status(ClusterPhase.FAILED, 0, message="OOM"), version=7)
+    assert (d.admission_phase, d.admission_reason) == (
+        AdmissionPhase.FAILED,
+        AdmissionReason.CLUSTER_FAILURE,
+    )

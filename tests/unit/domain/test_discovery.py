@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from wingsmith.domain.base import IllegalTransition, WrongWriter
+from wingsmith.domain.base import AlreadyExists, IllegalTransition, InvalidValue, WrongWriter
 from wingsmith.domain.discovery import DiscoveredComponent, Discovery, DiscoveryState, Sighting
 
 from .conftest import cluster, plane, recorded
@@ -57,3 +57,46 @@ def test_only_the_cluster_sights_and_only_people_decide() -> None:
     d.resight(cluster(), SIGHTING)
     d.resight(cluster(), SIGHTING.model_copy(update={"backend": "sglang"}))
     assert recorded(d) == ["DiscoverySighted", "DiscoveryResighted"]
+
+
+def disaggregated(**changes: object) -> Sighting:
+    workers = (
+        DiscoveredComponent(name="prefill", role="prefill", replicas=2, gpus_per_replica=2),
+        DiscoveredComponent(name="decode", role="decode", replicas=2, gpus_per_replica=4),
+        DiscoveredComponent(name="frontend", role="frontend", replicas=1, gpus_per_replica=0),
+    )
+    base = {"backend": "vllm", "model": "Qwen/Qwen3-8B", "components": workers}
+    return SIGHTING.model_copy(update=base | changes)
+
+
+def test_the_serving_config_a_sighting_implies() -> None:
+    implied = disaggregated().implied_serving()
+    assert (implied.mode, implied.devices_per_replica) == ("disaggregated", 6)
+    assert (implied.engine_version, implied.parallelism.tensor) == ("unknown", 1)
+    with pytest.raises(InvalidValue) as invalid:  # 6 devices cannot hold 2 workers of 4
+        disaggregated(tensor_parallel=4).implied_serving()
+    assert (invalid.value.field or "").startswith("serving")
+    uneven = disaggregated(
+        components=(
+            DiscoveredComponent(name="prefill", role="prefill", replicas=1, gpus_per_replica=1),
+            DiscoveredComponent(name="decode", role="decode", replicas=2, gpus_per_replica=1),
+        )
+    )
+    assert uneven.devices_per_replica() == 0  # 3 devices over 2 decode replicas
+    with pytest.raises(InvalidValue) as missing:
+        SIGHTING.implied_serving()
+    assert missing.value.field == "backend"
+
+
+def test_an_adoption_defaults_to_the_manifests_name_when_it_is_a_valid_id() -> None:
+    d = Discovery.sight(cluster(), "east", disaggregated(name="qwen"))
+    workload_id, primary = d.adoption(None)
+    assert (workload_id, primary.role) == ("qwen", "decode")
+    assert d.adoption("other")[0] == "other"
+    dotted = Discovery.sight(cluster(), "east", SIGHTING)  # "qwen.prod" is no workload id
+    with pytest.raises(InvalidValue) as refused:
+        dotted.adoption(None)
+    assert refused.value.field == "workload_id"
+    d.promote(plane(), "qwen")
+    with pytest.raises(AlreadyExists):
+        d.adoption(None)
