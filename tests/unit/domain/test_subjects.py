@@ -54,7 +54,8 @@ def test_a_view_key_keeps_its_dots_and_comes_back(key: str) -> None:
     encoded = subjects.key_subject(key)
     assert encoded.count(".") == key.count(".")
     assert all(TOKEN.match(part) for part in encoded.split("."))
-    assert subjects.key_value(encoded) == key
+    if subjects.DIGEST not in encoded:  # a part too long to encode whole is digested
+        assert subjects.key_value(encoded) == key
 
 
 @given(st.text(min_size=subjects.MAX_TOKEN), st.text(min_size=1, max_size=3))
