@@ -18,9 +18,11 @@ admission has granted what it runs, so the first managed render asks for what al
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from wingsmith.projections.base import Keys, Projection, handles
+from wingsmith.domain.contracts.render import RenderDocument
+from wingsmith.domain.deployment import Authority
+from wingsmith.projections.base import Keys, Projection, View, handles
 
 E = Mapping[str, Any]
 
@@ -47,7 +49,7 @@ class Render(Projection):
             "desired_replicas": e["desired_replicas"],
             "granted_devices": 0,
             "enabled": True,
-            "managed": e["authority"] == "managed",
+            "managed": e["authority"] == Authority.MANAGED,
             "admitted": False,
             "adopted": e.get("adopted"),
             "promoting": False,  # promoted, and not admitted since
@@ -117,12 +119,13 @@ class Render(Projection):
         view = self._render(d)
         if self.views.get(key) == view:
             return ()
-        self.views[key] = view
+        self.views[key] = cast(View, view)  # views are JSON objects; this one is a contract's
         return (key,)
 
     @staticmethod
-    def _render(d: dict[str, Any]) -> dict[str, Any]:
-        """The object the operator receives: what should run, and how many replicas of it."""
+    def _render(d: dict[str, Any]) -> RenderDocument:
+        """The render object the operator receives (`domain/contracts/render.py`): what should
+        run, and how many replicas of it."""
         per_replica = d["serving"]["devices_per_replica"]
         covered = d["granted_devices"] // per_replica if d["managed"] else d["desired_replicas"]
         replicas = min(d["desired_replicas"], covered) if d["enabled"] else 0
@@ -138,6 +141,6 @@ class Render(Projection):
             "engine_args": d["engine_args"],
             "replicas": replicas,
             "enabled": d["enabled"],
-            "authority": "managed" if d["managed"] else "observed",
+            "authority": Authority.MANAGED if d["managed"] else Authority.OBSERVED,
             "adopted": d["adopted"],
         }

@@ -21,19 +21,13 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ValidationError
 
-from wingsmith.domain.values import (
-    Backend,
-    DeviceClass,
-    EngineArg,
-    Name,
-    ServingConfig,
-    ServingMode,
-)
+from wingsmith.domain.contracts.render import LABEL_VALUE_MAX, RenderObject
+from wingsmith.domain.values import Backend, ServingConfig, ServingMode
 
 V1BETA1: Final = "nvidia.com/v1beta1"
 V1ALPHA1: Final = "nvidia.com/v1alpha1"
@@ -53,12 +47,9 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 MAIN_CONTAINER: Final = "main"
 
-LABEL_VALUE_MAX: Final = 63
 _LABEL_HASH_CHARS = 10
 
-_LABEL_VALUE = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A container image tag, as registries accept it.
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # What Dynamo's admission accepts as a version in an image tag: semver 2.0, optionally `v`-led.
@@ -72,38 +63,6 @@ _SEMVER_TAG = re.compile(
 # runtimeVersionOverride: strict MAJOR.MINOR.PATCH, each part at most four digits (the CRD pattern).
 RUNTIME_VERSION = re.compile(r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
 _LEADING_VERSION = re.compile(r"^[vV]?([0-9]+)\.")
-
-LabelValue = Annotated[str, StringConstraints(pattern=_LABEL_VALUE, max_length=LABEL_VALUE_MAX)]
-DeploymentId = Annotated[
-    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)
-]
-DnsSubdomain = Annotated[str, StringConstraints(pattern=_DNS_SUBDOMAIN, max_length=253)]
-
-
-class Adopted(BaseModel):
-    """Where the DGD a deployment was adopted from lives: rendering targets that object."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    namespace: Name
-    name: DnsSubdomain
-
-
-class RenderObject(BaseModel):
-    """The part of a render object the manifest depends on; other fields are ignored."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    deployment_id: DeploymentId
-    workload_id: Name
-    device_class: DeviceClass
-    generation: int = Field(ge=0)
-    serving: ServingConfig
-    serving_digest: LabelValue
-    engine_args: tuple[EngineArg, ...] = ()
-    replicas: int = Field(ge=0, le=2**31 - 1)  # the CRD's replicas are int32
-    enabled: bool = True
-    adopted: Adopted | None = None
 
 
 @dataclass(frozen=True)

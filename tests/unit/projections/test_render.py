@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from wingsmith.domain.contracts.render import RenderDocument, RenderObject
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
 from wingsmith.projections.base import Fold
 from wingsmith.projections.render import Render
@@ -142,3 +145,14 @@ def test_deleting_what_was_never_rendered_publishes_nothing() -> None:
     given.d.delete(PLANE)
     given.flush()
     assert given.published == [] and given.render.views == {}
+
+
+def test_what_is_rendered_is_the_render_contract_and_the_operator_reads_it() -> None:
+    given = Given()
+    given.admit(4)
+    view = given.published[-1]
+    assert view is not None
+    assert list(view) == list(RenderDocument.__annotations__)  # every key, in the wire's order
+    assert list(view) == list(RenderObject.model_fields)
+    obj = RenderObject.model_validate_json(orjson.dumps(view))
+    assert obj.replicas == 2 and obj.authority is Authority.MANAGED
