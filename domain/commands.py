@@ -14,34 +14,20 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    field_validator,
-    model_validator,
 )
 
 from wingsmith.domain.admission import Decision, Placement
 from wingsmith.domain.base import Writer
-from wingsmith.domain.cluster import Node, OperatorInfo
-from wingsmith.domain.deployment import DeploymentStatus
-from wingsmith.domain.discovery import Sighting
-from wingsmith.domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.domain.contracts import reports as r
 from wingsmith.domain.values import (
-    MAX_DEVICES_PER_NODE,
     DeploymentId,
     DeviceClass,
-    DeviceId,
     DiscoveryId,
     EngineArg,
     LabelKey,
     LabelValue,
     Name,
-    Namespace,
-    NodeName,
-    ObjectName,
-    PodName,
     ServingConfig,
-    Token,
-    once_each,
-    text,
 )
 
 CommandId = Annotated[
@@ -91,21 +77,10 @@ class RegisterCluster(Command):
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
 
 
-MAX_NODES = 10_000  # one report's nodes; a payload holds about 2,000 with 8 device ids each
-
-
-class ReportInventory(Command):
+class ReportInventory(r.InventoryReport, Command):
     """Replace a cluster's inventory: its nodes, their devices and topology domains."""
 
     subject = "cluster.report_inventory"
-    cluster_id: Name
-    nodes: list[Node] = Field(max_length=MAX_NODES)
-
-    @field_validator("nodes")
-    @classmethod
-    def _nodes_once_each(cls, nodes: list[Node]) -> list[Node]:
-        once_each([n.node_id for n in nodes])
-        return nodes
 
 
 class CreateWorkload(Command):
@@ -226,133 +201,51 @@ class SetClusterReachability(Command):
 
 
 DeploymentRef = DeploymentId
-MAX_VERSION = 2**63 - 1  # a resourceVersion or sequence number: what a signed 64-bit holds
-VERSION_HELP = "The cluster's ordering (a resourceVersion); 0: none"
 
 
-class ObserveReplica(Command):
-    """Internal: what a cluster saw of one replica (a pod). Each observation carries the whole
-    replica, so one that arrives before the others it follows still makes sense."""
+class ObserveReplica(r.ReplicaReport, Command):
+    """Internal: a replica report (`domain/contracts/reports.py`) as the hub runs it."""
 
     subject = "replica.observe"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    deployment_id: DeploymentRef
-    pod: PodName
-    node_id: NodeName
-    device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_NODE)
-    serving_digest: Token
-    # the serving configuration's, which a client wrote: any text (it is never a token)
-    engine_version: Annotated[str, *text(64, min_length=1)]
-    state: Literal["started", "ready", "not_ready", "terminated"]
-    version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
-
-    @field_validator("device_ids")
-    @classmethod
-    def _devices_once_each(cls, device_ids: list[str]) -> list[str]:
-        once_each(device_ids)
-        return device_ids
 
 
-class ObserveDeployment(Command):
-    """Internal: what a cluster says of a deployment: its status, the digests its replicas
-    run."""
+class ObserveDeployment(r.DeploymentReport, Command):
+    """Internal: a deployment report, as the hub runs it."""
 
     subject = "deployment.observe"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    deployment_id: DeploymentRef
-    status: DeploymentStatus | None = None
-    live_digests: dict[Token, Annotated[int, Field(ge=0, le=10_000)]] | None = Field(
-        default=None, max_length=64
-    )
-    version: int = Field(default=0, ge=0, le=MAX_VERSION, description=VERSION_HELP)
 
 
-class SyncedReplica(BaseModel):
-    """One pod a cluster has for a deployment, in a sync: the fields of a replica report."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    pod: PodName
-    node_id: NodeName
-    device_ids: list[DeviceId] = Field(max_length=MAX_DEVICES_PER_NODE)
-    serving_digest: Token
-    engine_version: Annotated[str, *text(64, min_length=1)]
-    state: Literal["started", "ready", "not_ready"]  # one that is gone is not listed
-
-    @field_validator("device_ids")
-    @classmethod
-    def _devices_once_each(cls, device_ids: list[str]) -> list[str]:
-        once_each(device_ids)
-        return device_ids
-
-
-class ObserveSync(Command):
-    """Internal: everything a cluster has of one deployment, as of the cluster's `version`: all
-    its replicas (pods holding devices) and its status. Sent on every operator start and
-    periodically, so that a report lost or overtaken on the way heals: the hub terminates the
-    replicas the cluster no longer has and records the ones it missed."""
+class ObserveSync(r.SyncReport, Command):
+    """Internal: a sync, as the hub runs it. Sent on every operator start and periodically, so
+    that a report lost or overtaken on the way heals: the hub terminates the replicas the
+    cluster no longer has and records the ones it missed."""
 
     subject = "deployment.sync"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    deployment_id: DeploymentRef
-    replicas: list[SyncedReplica] = Field(max_length=SYNC_MAX_REPLICAS)
-    status: DeploymentStatus | None = None
-    version: int = Field(ge=0, le=MAX_VERSION, description="The cluster's ordering; 0: none")
-
-    @field_validator("replicas")
-    @classmethod
-    def _each_pod_and_device_once(cls, replicas: list[SyncedReplica]) -> list[SyncedReplica]:
-        once_each([r.pod for r in replicas])
-        once_each([f"{r.node_id}/{d}" for r in replicas for d in r.device_ids])  # a device: once
-        return replicas
 
 
-class ObserveAction(Command):
-    """Internal: what an operator wrote to its cluster for a deployment, or would have
-    written (`performed` false: the deployment is observed, or the operator is read-only)."""
+class ObserveAction(r.ActionReport, Command):
+    """Internal: an action report, as the hub runs it."""
 
     subject = "deployment.observe_action"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    deployment_id: DeploymentRef
-    verb: Literal["create", "patch", "delete"]
-    namespace: Namespace
-    name: ObjectName
-    performed: bool
-    reason: Annotated[str, *text(256)]
 
 
-class ObserveHeartbeat(Command):
+class ObserveHeartbeat(r.HeartbeatReport, Command):
     """Internal: an operator says it is alive. A cluster the hub has not heard of is
     registered by its first heartbeat: only its own operator may publish for it."""
 
     subject = "cluster.heartbeat"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    operator: OperatorInfo
 
 
-class ObserveDiscovery(Command):
-    """Internal: a DynamoGraphDeployment the plane did not render, as the operator read it;
-    no sighting means it was deleted."""
+class ObserveDiscovery(r.DiscoveryReport, Command):
+    """Internal: a discovery report, as the hub runs it."""
 
     subject = "discovery.observe"
     writer = Writer.CLUSTER
-    cluster_id: Name
-    namespace: Namespace
-    name: ObjectName
-    sighting: Sighting | None = None
-
-    @model_validator(mode="after")
-    def _names_match(self) -> ObserveDiscovery:
-        if self.sighting and (self.sighting.namespace, self.sighting.name) != (
-            self.namespace,
-            self.name,
-        ):
-            raise ValueError("sighting names another object than namespace and name")
-        return self
 
 
 DiscoveryRef = DiscoveryId

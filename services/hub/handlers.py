@@ -20,6 +20,7 @@ from wingsmith.domain.base import (
     NotFound,
 )
 from wingsmith.domain.cluster import Cluster
+from wingsmith.domain.contracts.reports import ReplicaState, SyncedReplica
 from wingsmith.domain.deployment import (
     AdmissionReason,
     Authority,
@@ -273,18 +274,18 @@ def observe_replica(repo: Repository, cmd: c.ObserveReplica, cause: Cause) -> di
         repo.add(replica)
         _roster(repo, deployment.key, cause).join(cause, cmd.pod)
     if not replica.terminated:  # a terminated replica stays terminated: later news is older
-        if cmd.state == "ready":
+        if cmd.state == ReplicaState.READY:
             replica.mark_ready(cause, version=cmd.version)
-        elif cmd.state == "not_ready":
+        elif cmd.state == ReplicaState.NOT_READY:
             replica.mark_not_ready(cause, version=cmd.version)
-        elif cmd.state == "terminated":
+        elif cmd.state == ReplicaState.TERMINATED:
             _terminate(repo, deployment.key, replica, cause)
     deployment.follow_replicas(cause, [replica])
     return {"replica_id": key, "admission_phase": deployment.admission_phase.value}
 
 
 def _check_devices(
-    repo: Repository, cluster_id: str, pod: c.ObserveReplica | c.SyncedReplica
+    repo: Repository, cluster_id: str, pod: c.ObserveReplica | SyncedReplica
 ) -> None:
     if pod.device_ids:  # a replica that holds none needs no inventory
         _require(repo, Cluster, cluster_id, "cluster_id").check_devices(pod.node_id, pod.device_ids)
@@ -319,7 +320,9 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
         if replica is not None:
             replicas[name] = replica
     known = {n: Known(r.ready, r.terminated, r.observed_version) for n, r in replicas.items()}
-    plan = reconcile(known, {n: r.state == "ready" for n, r in reported.items()}, cmd.version)
+    plan = reconcile(
+        known, {n: r.state == ReplicaState.READY for n, r in reported.items()}, cmd.version
+    )
     skipped = _unrecordable(repo, cmd.cluster_id, [reported[name] for name in plan.record])
     for name in plan.terminate:
         _terminate(repo, deployment.key, replicas[name], cause)
@@ -351,7 +354,7 @@ def observe_sync(repo: Repository, cmd: c.ObserveSync, cause: Cause) -> dict[str
     }
 
 
-def _unrecordable(repo: Repository, cluster_id: str, pods: list[c.SyncedReplica]) -> dict[str, str]:
+def _unrecordable(repo: Repository, cluster_id: str, pods: list[SyncedReplica]) -> dict[str, str]:
     """The missed pods a replica report would be refused for (devices on a node the cluster has
     not reported, say), with why: they are left out, and the rest of the sync still holds."""
     skipped: dict[str, str] = {}
@@ -366,7 +369,7 @@ def _unrecordable(repo: Repository, cluster_id: str, pods: list[c.SyncedReplica]
 
 
 def _record_replica(
-    repo: Repository, deployment_id: str, pod: c.SyncedReplica, version: int, cause: Cause
+    repo: Repository, deployment_id: str, pod: SyncedReplica, version: int, cause: Cause
 ) -> Replica:
     replica = Replica.start(
         cause,
@@ -380,7 +383,7 @@ def _record_replica(
     )
     repo.add(replica)
     _roster(repo, deployment_id, cause).join(cause, pod.pod)
-    if pod.state == "ready":
+    if pod.state == ReplicaState.READY:
         replica.mark_ready(cause, version=version)
     return replica
 

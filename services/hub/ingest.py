@@ -37,14 +37,19 @@ from wingsmith.services.wire import DuplicateKey, loads
 
 log = logging.getLogger(__name__)
 
+# Each report kind (domain/contracts/reports.py) and the command that runs it: the report's
+# own model with a command id.
 KINDS: dict[str, type[c.Command]] = {
-    "replica": c.ObserveReplica,
-    "deployment": c.ObserveDeployment,
-    "inventory": c.ReportInventory,
-    "discovery": c.ObserveDiscovery,
-    "heartbeat": c.ObserveHeartbeat,
-    "action": c.ObserveAction,
-    "sync": c.ObserveSync,
+    cls.kind: cls
+    for cls in (
+        c.ObserveReplica,
+        c.ObserveDeployment,
+        c.ReportInventory,
+        c.ObserveDiscovery,
+        c.ObserveHeartbeat,
+        c.ObserveAction,
+        c.ObserveSync,
+    )
 }
 RETRY = {"unavailable", "conflict", "internal"}  # the hub could not handle it now
 MAX_ATTEMPTS = 5  # times one observation's handling may fail before it is set aside

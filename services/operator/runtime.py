@@ -27,13 +27,15 @@ import orjson
 
 from wingsmith.adapters import nats_bus
 from wingsmith.domain import subjects
+from wingsmith.domain.cluster import OperatorInfo
+from wingsmith.domain.contracts import reports
 from wingsmith.domain.replica import SYNC_MAX_REPLICAS
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 
-Report = Callable[[str, dict[str, Any]], Awaitable[None]]  # (kind, payload)
+Report = Callable[[reports.Report], Awaitable[None]]  # sends one report to the hub
 
 
 class Backend(Protocol):
@@ -43,9 +45,9 @@ class Backend(Protocol):
     async def observe(self, report: Report) -> None:
         """Report what the cluster runs, for as long as the operator runs."""
 
-    def snapshot(self, only: str | None = None) -> list[dict[str, Any]] | None:
+    def snapshot(self, only: str | None = None) -> list[reports.SyncReport] | None:
         """Everything the cluster has of each deployment the backend was told of (removed ones
-        too, while it still has something of them), or of `only` that one, as `sync` payloads;
+        too, while it still has something of them), or of `only` that one, as sync reports;
         None while it cannot tell the whole truth yet (say, before it has listed the cluster).
         Synchronous: it is taken at one instant."""
 
@@ -97,9 +99,9 @@ class Reporter:
         self._nc, self._cluster_id = nc, cluster_id
         self._order = asyncio.Lock()  # reports go out in the order they were taken
 
-    async def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+    async def __call__(self, report: reports.Report) -> None:
         async with self._order:
-            await self._publish(kind, payload)
+            await self._publish(report)
 
     async def sync(self, backend: Backend, only: str | None = None) -> int:
         """Take the backend's snapshot and publish it (only `only`'s, if given) before any
@@ -108,22 +110,24 @@ class Reporter:
             snapshot = backend.snapshot(only)
             if snapshot is None:
                 return 0
-            for payload in snapshot:
-                if len(payload["replicas"]) > SYNC_MAX_REPLICAS:  # the hub would refuse it
+            for sync in snapshot:
+                if len(sync.replicas) > SYNC_MAX_REPLICAS:  # the hub would refuse it
                     log.warning(
                         "%s: %d pods, more than a sync may list (%d): not synced",
-                        payload["deployment_id"],
-                        len(payload["replicas"]),
+                        sync.deployment_id,
+                        len(sync.replicas),
                         SYNC_MAX_REPLICAS,
                     )
                     continue
-                await self._publish("sync", payload)
+                await self._publish(sync)
             return len(snapshot)
 
-    async def _publish(self, kind: str, payload: dict[str, Any]) -> None:
-        msg_id = f"{self._cluster_id}:{kind}:{uuid.uuid4().hex}"
-        body = {"cluster_id": self._cluster_id} | payload
-        await nats_bus.publish_observation(self._nc, self._cluster_id, kind, body, msg_id)
+    async def _publish(self, report: reports.Report) -> None:
+        """On this cluster's subject, whatever cluster the report names: the hub refuses one
+        that names another."""
+        msg_id = f"{self._cluster_id}:{report.kind}:{uuid.uuid4().hex}"
+        body = report.wire()
+        await nats_bus.publish_observation(self._nc, self._cluster_id, report.kind, body, msg_id)
 
 
 async def run_operator(
@@ -175,16 +179,19 @@ async def _forever(what: str, run: Callable[[], Awaitable[None]], stopping: asyn
 
 
 def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaitable[None]]:
-    operator = {
-        "instance": uuid.uuid4().hex,  # a new one each start: the hub records each start
-        "version": VERSION,
-        "read_only": options.read_only,
-        "simulated": options.simulated,
-    }
+    operator = OperatorInfo.model_construct(
+        instance=uuid.uuid4().hex,  # a new one each start: the hub records each start
+        version=VERSION,
+        read_only=options.read_only,
+        simulated=options.simulated,
+    )
+    heartbeat = reports.HeartbeatReport.model_construct(
+        cluster_id=options.cluster_id, operator=operator
+    )
 
     async def beat() -> None:
         while True:
-            await report("heartbeat", {"operator": operator})
+            await report(heartbeat)
             await asyncio.sleep(options.heartbeat_every)
 
     return beat

@@ -30,7 +30,20 @@ from typing import Any
 import orjson
 
 from wingsmith.adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
-from wingsmith.domain.discovery import WORKER_ROLES
+from wingsmith.domain.cluster import Node
+from wingsmith.domain.contracts.reports import (
+    ActionReport,
+    DeploymentReport,
+    DiscoveryReport,
+    InventoryReport,
+    ReplicaReport,
+    ReplicaState,
+    Report,
+    SyncedReplica,
+    SyncReport,
+)
+from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
+from wingsmith.domain.discovery import WORKER_ROLES, DiscoveredComponent, Sighting
 from wingsmith.services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
@@ -41,7 +54,7 @@ from wingsmith.services.operator.dgd import (
 )
 from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
 from wingsmith.services.operator.plan import Action, Obj, components, plan, role
-from wingsmith.services.operator.runtime import Report
+from wingsmith.services.operator.runtime import Report as Send
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +63,11 @@ TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
-STATES = {"successful": "ready", "failed": "failed", "pending": "pending"}
+STATES = {
+    "successful": ClusterPhase.READY,
+    "failed": ClusterPhase.FAILED,
+    "pending": ClusterPhase.PENDING,
+}
 
 
 class KubeBackend:
@@ -67,7 +84,7 @@ class KubeBackend:
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last desired state applied
-        self._report: Report | None = None
+        self._report: Send | None = None
         # what the cluster holds, per kind ("dgd", "pod", "node") and (namespace, name)
         self._cache: dict[str, dict[tuple[str, str], Obj]] = {"dgd": {}, "pod": {}, "node": {}}
         self._synced: set[str] = set()
@@ -158,7 +175,7 @@ class KubeBackend:
         """The one place that writes to the cluster."""
         if action.verb is None:
             return
-        observed = desired is not None and desired.get("authority") != "managed"
+        observed = desired is not None and desired.get("authority") != Authority.MANAGED
         performed = not (self.read_only or observed)
         if performed:
             await self._write(action)
@@ -171,20 +188,21 @@ class KubeBackend:
             action.name,
             why,
         )
-        report = {
-            "deployment_id": deployment_id,
-            "verb": action.verb,
-            "namespace": action.namespace,
-            "name": action.name,
-            "performed": performed,
-            "reason": why,
-        }
+        report = ActionReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            verb=action.verb,
+            namespace=action.namespace,
+            name=action.name,
+            performed=performed,
+            reason=why,
+        )
         if performed:
             self._reported.pop(f"would:{deployment_id}", None)
             if self._report is not None:
-                await self._report("action", report)
+                await self._report(report)
         else:  # held back again and again (each change of the DGD): reported once
-            await self._send(f"would:{deployment_id}", "action", report)
+            await self._send(f"would:{deployment_id}", report)
 
     async def _write(self, action: Action) -> None:
         if action.verb == "create":
@@ -198,7 +216,7 @@ class KubeBackend:
 
     # -- observing -----------------------------------------------------------------------
 
-    async def observe(self, report: Report) -> None:
+    async def observe(self, report: Send) -> None:
         self._report = report
         dgds: Kind = "dgd/v1beta1" if self.api_version.endswith("v1beta1") else "dgd/v1alpha1"
         async with asyncio.TaskGroup() as tasks:
@@ -268,50 +286,62 @@ class KubeBackend:
             await self._report_discovery(dgd, gone)
         if deployment_id is not None and not gone:
             status = _status(dgd, self.desired.get(deployment_id))
-            await self._send(
-                f"deployment:{deployment_id}",
-                "deployment",
-                {"deployment_id": deployment_id, "status": status, "version": _version(meta)},
+            report = DeploymentReport.model_construct(
+                cluster_id=self.cluster_id,
+                deployment_id=deployment_id,
+                status=status,
+                version=_version(meta),
             )
+            await self._send(f"deployment:{deployment_id}", report)
 
     async def _report_discovery(self, dgd: Obj, gone: bool) -> None:
         meta = dgd["metadata"]
-        ref = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
-        payload: Obj = dict(ref)
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        report = DiscoveryReport.model_construct(
+            cluster_id=self.cluster_id, namespace=namespace, name=name
+        )
         if not gone:
             try:
                 inspection = inspect_dgd(dgd)
             except ValueError as e:
-                log.warning("%s/%s: cannot read it: %s", ref["namespace"], ref["name"], e)
+                log.warning("%s/%s: cannot read it: %s", namespace, name, e)
                 return
-            payload["sighting"] = ref | {
-                "api_version": str(inspection.api_version),
-                "backend": inspection.backend.value if inspection.backend else None,
-                "components": [c.summary() for c in inspection.components],
-                "model": inspection.model,
-                "image": inspection.image,
-                "engine_version": inspection.engine_version,
-                "tensor_parallel": inspection.tensor_parallel,
-            }
-        await self._send(f"discovery:{ref['namespace']}/{ref['name']}", "discovery", payload)
+            sighting = Sighting.model_construct(
+                namespace=namespace,
+                name=name,
+                api_version=str(inspection.api_version),
+                backend=inspection.backend,
+                components=tuple(
+                    DiscoveredComponent.model_construct(**c.summary())
+                    for c in inspection.components
+                ),
+                model=inspection.model,
+                image=inspection.image,
+                engine_version=inspection.engine_version,
+                tensor_parallel=inspection.tensor_parallel,
+            )
+            report = DiscoveryReport.model_construct(
+                cluster_id=self.cluster_id, namespace=namespace, name=name, sighting=sighting
+            )
+        await self._send(f"discovery:{namespace}/{name}", report)
 
     async def _on_pod(self, pod: Obj, gone: bool) -> None:
         deployment_id = self._deployment_of_pod(pod)
         if deployment_id is None:
             return
-        payload = self._replica(deployment_id, pod, gone)
-        if payload is None:
+        report = self._replica(deployment_id, pod, gone)
+        if report is None:
             return
         meta = pod["metadata"]
-        await self._send(f"replica:{meta.get('uid') or meta['name']}", "replica", payload)
+        await self._send(f"replica:{meta.get('uid') or meta['name']}", report)
         live = self._live.setdefault(deployment_id, {})
-        if payload["state"] == "terminated":
+        if report.state == ReplicaState.TERMINATED:
             live.pop(_key(pod), None)
         else:
-            live[_key(pod)] = payload["serving_digest"]
+            live[_key(pod)] = report.serving_digest
         await self._report_live_digests(deployment_id)
 
-    def _replica(self, deployment_id: str, pod: Obj, gone: bool) -> Obj | None:
+    def _replica(self, deployment_id: str, pod: Obj, gone: bool) -> ReplicaReport | None:
         """A worker pod as a replica report; None for any other pod, or one not scheduled yet
         (it holds no devices)."""
         spec, meta = pod.get("spec", {}), pod["metadata"]
@@ -319,18 +349,19 @@ class KubeBackend:
         if not node or not _is_worker(pod):
             return None
         desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
-        return {
-            "deployment_id": deployment_id,
-            "pod": meta["name"],
-            "node_id": node,
-            "device_ids": _device_ids(pod, node),
-            "serving_digest": _digest(pod, desired),
-            "engine_version": desired.get("serving", {}).get("engine_version") or "unknown",
-            "state": _pod_state(pod, gone),
-            "version": _version(meta),
-        }
+        return ReplicaReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            pod=meta["name"],
+            node_id=node,
+            device_ids=_device_ids(pod, node),
+            serving_digest=_digest(pod, desired),
+            engine_version=desired.get("serving", {}).get("engine_version") or "unknown",
+            state=_pod_state(pod, gone),
+            version=_version(meta),
+        )
 
-    def snapshot(self, only: str | None = None) -> list[Obj] | None:
+    def snapshot(self, only: str | None = None) -> list[SyncReport] | None:
         """Every deployment this operator was told of (removed ones too), or `only` that one,
         with each worker pod it has, as of the highest pod resourceVersion seen: every pod
         change up to it is in the cache. None until the pods have been listed, and while a
@@ -340,24 +371,25 @@ class KubeBackend:
         # a removed deployment is synced while it has pods, or when asked for (its removal
         # applied after a start): a plane that missed its last pods' ends hears it once more
         told = self.desired.keys() if only is None else {only} & self.applied.keys()
-        pods: dict[str, list[Obj]] = {d: [] for d in told}
+        pods: dict[str, list[SyncedReplica]] = {d: [] for d in told}
         for pod in self._cache["pod"].values():
             deployment_id = self._owner_of_pod(pod)
             if deployment_id not in self.applied or only not in (None, deployment_id):
                 continue
             replica = self._replica(deployment_id, pod, False)
-            if replica is not None and replica["state"] != "terminated":
-                del replica["deployment_id"], replica["version"]
-                pods.setdefault(deployment_id, []).append(replica)
+            synced = _synced(replica) if replica is not None else None
+            if synced is not None:
+                pods.setdefault(deployment_id, []).append(synced)
         # No status: a DGD's status is as of the DGD's own resourceVersion, which a watch of
         # another kind may be ahead of or behind; it is reported with that version on every
         # change and on every start, and a sync stamped with the pods' version would undo it.
         return [
-            {
-                "deployment_id": deployment_id,
-                "replicas": sorted(replicas, key=lambda r: str(r["pod"])),
-                "version": self._pods_seen,
-            }
+            SyncReport.model_construct(
+                cluster_id=self.cluster_id,
+                deployment_id=deployment_id,
+                replicas=sorted(replicas, key=lambda r: str(r.pod)),
+                version=self._pods_seen,
+            )
             for deployment_id, replicas in sorted(pods.items())
         ]
 
@@ -371,33 +403,34 @@ class KubeBackend:
 
     async def _report_live_digests(self, deployment_id: str) -> None:
         digests = Counter(self._live.get(deployment_id, {}).values())
-        payload = {"deployment_id": deployment_id, "live_digests": dict(digests)}
-        await self._send(f"live:{deployment_id}", "deployment", payload)
+        report = DeploymentReport.model_construct(
+            cluster_id=self.cluster_id, deployment_id=deployment_id, live_digests=dict(digests)
+        )
+        await self._send(f"live:{deployment_id}", report)
 
     async def _report_inventory(self) -> None:
         nodes = [
-            {
-                "node_id": name,
-                "device_class": labels[GPU_PRODUCT_LABEL],
-                "devices": _quantity(
-                    node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)
-                ),
-                "topology_domain": labels.get(TOPOLOGY_LABEL),
-            }
+            Node.model_construct(
+                node_id=name,
+                device_class=labels[GPU_PRODUCT_LABEL],
+                devices=_quantity(node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)),
+                topology_domain=labels.get(TOPOLOGY_LABEL),
+            )
             for (_, name), node in sorted(self._cache["node"].items())
             if GPU_PRODUCT_LABEL in (labels := node["metadata"].get("labels") or {})
         ]
-        await self._send("inventory", "inventory", {"nodes": nodes})
+        report = InventoryReport.model_construct(cluster_id=self.cluster_id, nodes=nodes)
+        await self._send("inventory", report)
 
-    async def _send(self, key: str, kind: str, payload: Obj) -> None:
+    async def _send(self, key: str, report: Report) -> None:
         """Report, unless it says what was last reported under `key` (its `version` aside: an
         object rewritten with the same content is no news). A return to an earlier content is
         news, and goes out under a message id of its own."""
-        content = {k: v for k, v in payload.items() if k != "version"}
+        content = {k: v for k, v in report.wire().items() if k != "version"}
         digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if self._report is None or self._reported.get(key) == digest:
             return
-        await self._report(kind, payload)
+        await self._report(report)
         self._reported[key] = digest
 
     # -- which deployment ---------------------------------------------------------------
@@ -444,15 +477,31 @@ def _digest(pod: Obj, desired: Mapping[str, Any]) -> str:
     return str(labels.get(LABEL_SERVING_DIGEST) or desired.get("serving_digest") or "unknown")
 
 
-def _pod_state(pod: Obj, gone: bool) -> str:
+def _pod_state(pod: Obj, gone: bool) -> ReplicaState:
     status = pod.get("status", {})
     if gone or status.get("phase") in {"Succeeded", "Failed"}:
-        return "terminated"
+        return ReplicaState.TERMINATED
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or ()
     )
-    return "ready" if ready else "not_ready"
+    return ReplicaState.READY if ready else ReplicaState.NOT_READY
+
+
+def _synced(replica: ReplicaReport) -> SyncedReplica | None:
+    """A replica report as one of a sync's pods; None for a terminated one (a sync lists what
+    holds devices)."""
+    state = replica.state
+    if state is ReplicaState.TERMINATED:
+        return None
+    return SyncedReplica.model_construct(
+        pod=replica.pod,
+        node_id=replica.node_id,
+        device_ids=replica.device_ids,
+        serving_digest=replica.serving_digest,
+        engine_version=replica.engine_version,
+        state=state,
+    )
 
 
 def _device_ids(pod: Obj, node: str) -> list[str]:
@@ -473,7 +522,7 @@ def _quantity(value: Any) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> Obj:
+def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> DeploymentStatus:
     """The cluster's status of a deployment, from the DGD's."""
     status = dgd.get("status") or {}
     ready_condition: Obj = next(
@@ -487,13 +536,14 @@ def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> Obj:
     wanted = (desired or {}).get("replicas")
     if wanted is None:
         wanted = max((int(c.get("replicas") or 0) for c in workers), default=0)
-    return {
-        "phase": STATES.get(str(status.get("state")), "progressing" if status else "unknown"),
-        "reason": ready_condition.get("reason") or None,
-        "message": ready_condition.get("message") or None,
-        "ready_replicas": ready,
-        "desired_replicas": wanted,
-    }
+    unknown = ClusterPhase.PROGRESSING if status else ClusterPhase.UNKNOWN
+    return DeploymentStatus.model_construct(
+        phase=STATES.get(str(status.get("state")), unknown),
+        reason=ready_condition.get("reason") or None,
+        message=ready_condition.get("message") or None,
+        ready_replicas=ready,
+        desired_replicas=wanted,
+    )
 
 
 def _worker_name(dgd: Obj, name: str) -> bool:

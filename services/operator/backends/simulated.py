@@ -32,7 +32,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,11 +40,22 @@ from typing import Any
 import orjson
 
 from wingsmith.adapters import nats_bus
-from wingsmith.services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.domain.cluster import Node
+from wingsmith.domain.contracts.reports import (
+    DeploymentReport,
+    DiscoveryReport,
+    InventoryReport,
+    ReplicaReport,
+    ReplicaState,
+    SyncedReplica,
+    SyncReport,
+)
+from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
+from wingsmith.domain.discovery import DiscoveredComponent, Sighting
+from wingsmith.services.operator.runtime import OperatorOptions, Report, run_operator
 
 log = logging.getLogger(__name__)
 
-Report = Callable[[str, dict[str, Any]], Awaitable[None]]  # (kind, payload)
 _SPEC = re.compile(r"^(?:(\d+)x)?(\d+):([A-Za-z0-9][-_A-Za-z0-9]*)(?:@([-._A-Za-z0-9]+))?$")
 
 
@@ -336,7 +347,8 @@ class SimulatedCluster:
         self.pods[deployment_id] = pods
         for pod in pods.values():
             pod.digest = want["serving_digest"]
-            await self._report_replica(deployment_id, pod, "ready" if pod.ready else "started")
+            state = ReplicaState.READY if pod.ready else ReplicaState.STARTED
+            await self._report_replica(deployment_id, pod, state)
         await self._report_status(deployment_id, len(pods))
 
     async def _set_lost(self, node: SimNode, lost: bool) -> None:
@@ -356,7 +368,7 @@ class SimulatedCluster:
         want = self.desired.get(deployment_id)
         if deployment_id.startswith("dgd:"):
             return  # a model run by hand: not the plane's
-        if self.read_only or (want is not None and want.get("authority", "managed") != "managed"):
+        if self.read_only or (want is not None and _observed(want)):
             # read-only, or observed: nothing on the cluster changes, but what runs there still
             # does (a pod became ready) and is reported as it is
             if want is not None and self.pods.get(deployment_id):
@@ -411,7 +423,7 @@ class SimulatedCluster:
             want["serving"]["engine_version"],
         )
         self.pods[deployment_id][pod.name] = pod
-        await self._report_replica(deployment_id, pod, "started")
+        await self._report_replica(deployment_id, pod, ReplicaState.STARTED)
         self._later_ready(deployment_id, pod)
         return pod
 
@@ -429,7 +441,7 @@ class SimulatedCluster:
                 return
             deployment_id = owners[0]
             pod.ready = True
-            await self._report_replica(deployment_id, pod, "ready")
+            await self._report_replica(deployment_id, pod, ReplicaState.READY)
             await self._reconcile(deployment_id)
             self._save()
 
@@ -437,56 +449,73 @@ class SimulatedCluster:
         del self.pods[deployment_id][pod.name]
         if not pod.node.lost:
             pod.node.free += pod.device_ids
-        await self._report_replica(deployment_id, pod, "terminated")
+        await self._report_replica(deployment_id, pod, ReplicaState.TERMINATED)
 
     # -- reports ---------------------------------------------------------------------------
 
-    async def _send(self, kind: str, payload: dict[str, Any]) -> None:
-        if str(payload.get("deployment_id")).startswith("dgd:"):
-            return  # a model run by hand has no deployment to report for until it is adopted
+    async def _send(self, report: ReplicaReport | DeploymentReport) -> None:
+        """With the cluster's next version; none for a model run by hand, which has no
+        deployment to report for until it is adopted."""
+        if report.deployment_id.startswith("dgd:"):
+            return
         if self._report is not None:  # reports start with `observe`
-            await self._report(kind, payload | {"version": next(self._versions)})
+            await self._report(report.model_copy(update={"version": next(self._versions)}))
 
     async def _report_inventory(self) -> None:
         nodes = [
-            {
-                "node_id": n.node_id,
-                "device_class": n.device_class,
-                "devices": n.devices,
-                "device_ids": n.device_ids,
-                "topology_domain": n.topology_domain,
-            }
+            Node.model_construct(
+                node_id=n.node_id,
+                device_class=n.device_class,
+                devices=n.devices,
+                device_ids=tuple(n.device_ids),
+                topology_domain=n.topology_domain,
+            )
             for n in self.nodes
             if not n.lost
         ]
         if self._report is not None:
-            await self._report("inventory", {"nodes": nodes})
+            await self._report(
+                InventoryReport.model_construct(cluster_id=self.cluster_id, nodes=nodes)
+            )
 
     async def _report_sighting(self, key: str, *, gone: bool = False) -> None:
         namespace, name = key.split("/", 1)
-        payload: dict[str, Any] = {"namespace": namespace, "name": name}
+        report = DiscoveryReport.model_construct(
+            cluster_id=self.cluster_id, namespace=namespace, name=name
+        )
         if not gone:
-            payload["sighting"] = self.foreign[key]
+            report = DiscoveryReport.model_construct(
+                cluster_id=self.cluster_id,
+                namespace=namespace,
+                name=name,
+                sighting=_sighting(self.foreign[key]),
+            )
         if self._report is not None:
-            await self._report("discovery", payload)
+            await self._report(report)
 
-    async def _report_replica(self, deployment_id: str, pod: Pod, state: str) -> None:
+    async def _report_replica(self, deployment_id: str, pod: Pod, state: ReplicaState) -> None:
         """Saved first, as a real cluster stores a pod before anyone can watch it: what was
         reported outlives the operator's process."""
         self._save()
-        await self._send("replica", {"deployment_id": deployment_id, **_pod(pod), "state": state})
+        report = ReplicaReport.model_construct(
+            cluster_id=self.cluster_id, deployment_id=deployment_id, **_pod(pod), state=state
+        )
+        await self._send(report)
 
     async def _report_status(
         self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
     ) -> None:
         status = self._status(deployment_id, replicas, short=short, failed=failed)
         digests = Counter(p.digest for p in self.pods[deployment_id].values())
-        await self._send(
-            "deployment",
-            {"deployment_id": deployment_id, "status": status, "live_digests": dict(digests)},
+        report = DeploymentReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            status=status,
+            live_digests=dict(digests),
         )
+        await self._send(report)
 
-    def snapshot(self, only: str | None = None) -> list[dict[str, Any]]:
+    def snapshot(self, only: str | None = None) -> list[SyncReport]:
         """Every deployment the cluster was told of (or `only` that one), with all its pods and
         its status, as of one version: what a sync reports. The pods are the saved ones (every
         change is saved before it is reported)."""
@@ -498,23 +527,27 @@ class SimulatedCluster:
             told = {only} & (self.desired.keys() | self.pods.keys())
         deployments = sorted(d for d in told if not d.startswith("dgd:"))
         return [
-            {
-                "deployment_id": deployment_id,
-                "replicas": [
-                    _pod(p) | {"state": "ready" if p.ready else "not_ready"}
+            SyncReport.model_construct(
+                cluster_id=self.cluster_id,
+                deployment_id=deployment_id,
+                replicas=[
+                    SyncedReplica.model_construct(
+                        **_pod(p),
+                        state=ReplicaState.READY if p.ready else ReplicaState.NOT_READY,
+                    )
                     for p in self.pods.get(deployment_id, {}).values()
                 ],
-                "status": self._sync_status(deployment_id),
-                "version": version,
-            }
+                status=self._sync_status(deployment_id),
+                version=version,
+            )
             for deployment_id in deployments
         ]
 
-    def _sync_status(self, deployment_id: str) -> dict[str, Any] | None:
+    def _sync_status(self, deployment_id: str) -> DeploymentStatus | None:
         """What the last status report said, or would have: none where nothing runs and
         nothing is to be run (removed, read-only, observed)."""
         want = self.desired.get(deployment_id)
-        hands_off = want is None or self.read_only or want.get("authority", "managed") != "managed"
+        hands_off = want is None or self.read_only or _observed(want)
         if hands_off and not self.pods.get(deployment_id):
             return None
         wanted = self._wanted(deployment_id)
@@ -526,14 +559,14 @@ class SimulatedCluster:
         want = self.desired.get(deployment_id)
         if want is None:
             return 0
-        if want.get("authority", "managed") != "managed":
+        if _observed(want):
             return len(self.pods.get(deployment_id, {}))
         return int(want["replicas"]) if want["enabled"] else 0
 
     def _short(self, deployment_id: str) -> bool:
         """Fewer pods of its serving configuration than it should have: no devices for more."""
         want = self.desired.get(deployment_id)
-        if want is None or self.read_only or want.get("authority", "managed") != "managed":
+        if want is None or self.read_only or _observed(want):
             return False
         current = [
             p
@@ -544,31 +577,44 @@ class SimulatedCluster:
 
     def _status(
         self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
-    ) -> dict[str, Any]:
+    ) -> DeploymentStatus:
         pods = self.pods.get(deployment_id, {}).values()
         failed = failed or deployment_id in self.failing
         ready = sum(p.ready for p in pods)
         digests = Counter(p.digest for p in pods)
         message = None
         if failed:
-            phase, reason = "failed", "ImagePullBackOff"
+            phase, reason = ClusterPhase.FAILED, "ImagePullBackOff"
             message = "the serving image could not be pulled"
         elif short and not pods:
-            phase, reason = "pending", "InsufficientDevices"
+            phase, reason = ClusterPhase.PENDING, "InsufficientDevices"
         elif ready == replicas and len(digests) <= 1 and not short:
-            phase, reason = "ready", None
+            phase, reason = ClusterPhase.READY, None
         else:
-            phase, reason = "progressing", "InsufficientDevices" if short else None
-        return {
-            "phase": phase,
-            "reason": reason,
-            "message": message,
-            "ready_replicas": ready,
-            "desired_replicas": replicas,
-        }
+            phase, reason = ClusterPhase.PROGRESSING, "InsufficientDevices" if short else None
+        return DeploymentStatus.model_construct(
+            phase=phase,
+            reason=reason,
+            message=message,
+            ready_replicas=ready,
+            desired_replicas=replicas,
+        )
+
+
+def _observed(want: Mapping[str, Any]) -> bool:
+    """Whether the plane only observes this deployment here (a render object without an
+    authority is managed)."""
+    return bool(want.get("authority", Authority.MANAGED) != Authority.MANAGED)
+
+
+def _sighting(seen: Mapping[str, Any]) -> Sighting:
+    """A model run by hand, as kept (and saved) since it started, as a discovery's sighting."""
+    components = tuple(DiscoveredComponent.model_construct(**c) for c in seen["components"])
+    return Sighting.model_construct(**(dict(seen) | {"components": components}))
 
 
 def _pod(pod: Pod) -> dict[str, Any]:
+    """A pod's fields, as a replica report and a sync list them."""
     return {
         "pod": pod.name,
         "node_id": pod.node.node_id,

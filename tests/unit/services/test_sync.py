@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from wingsmith.domain import commands as c
-from wingsmith.domain.replica import Replica, Roster
+from wingsmith.domain.replica import SYNC_MAX_REPLICAS, Replica, Roster
 from wingsmith.services.hub.handlers import observe_replica, observe_sync
 from wingsmith.services.hub.ingest import Refused, parse
 
@@ -170,7 +170,7 @@ def test_a_sync_report_is_refused_naming_the_field(changes: dict[str, Any], fiel
 
 
 def test_too_many_replicas_are_refused() -> None:
-    many = [pod(f"p{i}", device=f"GPU-{i}") for i in range(c.SYNC_MAX_REPLICAS + 1)]
+    many = [pod(f"p{i}", device=f"GPU-{i}") for i in range(SYNC_MAX_REPLICAS + 1)]
     with pytest.raises(Refused, match="replicas"):
         parse("wingsmith.obs.east.sync", body(replicas=many), "east:sync:1")
 
