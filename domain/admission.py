@@ -31,11 +31,11 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wingsmith.domain.deployment import Deployment
+from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority, Deployment
 from wingsmith.domain.placement import RoomIndex, shares
 
-HOLDS = frozenset({"admitted", "placed", "running"})
-WAITING_FOR_PREVIOUS = "waiting_for_previous_generation"
+HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
+WAITING_FOR_PREVIOUS = AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
 
 Key = tuple[str, str]  # (cluster or project, device class)
 E = Mapping[str, Any]
@@ -54,8 +54,8 @@ class Slot:
     digest: str  # the serving configuration it should run
     enabled: bool = True
     managed: bool = True
-    phase: str = "pending"
-    reason: str | None = "awaiting_admission"
+    phase: str = AdmissionPhase.PENDING
+    reason: str | None = AdmissionReason.AWAITING_ADMISSION
     granted: int = 0  # devices its admission granted
     allocated: int = 0  # devices its live replicas hold
     by_digest: dict[str, int] = field(default_factory=dict)  # ... per serving configuration
@@ -111,7 +111,7 @@ class Placement:
     message: str | None = None  # no shares: why
 
 
-CAPACITY, QUOTA = "insufficient_capacity", "insufficient_quota"
+CAPACITY, QUOTA = AdmissionReason.INSUFFICIENT_CAPACITY, AdmissionReason.INSUFFICIENT_QUOTA
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +261,7 @@ class Ledger:
                 per_replica=e["serving"]["devices_per_replica"],
                 desired=e["desired_replicas"],
                 digest=e["serving_digest"],
-                managed=e["authority"] == "managed",
+                managed=e["authority"] == Authority.MANAGED,
             ),
         )
 
@@ -305,13 +305,15 @@ class Ledger:
         return self._set_phase(deployment_id, e["phase"], e["reason"], e.get("devices", 0))
 
     def _on_DeploymentPlaced(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, "placed", None)
+        return self._set_phase(deployment_id, AdmissionPhase.PLACED, None)
 
     def _on_DeploymentRunning(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, "running", None)
+        return self._set_phase(deployment_id, AdmissionPhase.RUNNING, None)
 
     def _on_DeploymentFailed(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, "failed", "cluster_failure", 0)
+        return self._set_phase(
+            deployment_id, AdmissionPhase.FAILED, AdmissionReason.CLUSTER_FAILURE, 0
+        )
 
     def _on_ReplicaStarted(self, replica_id: str, e: E) -> list[str]:
         held = self.replicas[replica_id] = (
@@ -332,14 +334,18 @@ class Ledger:
         slot = self.deployments.get(deployment_id)
         if slot is None or not slot.managed or slot.deleted:
             return None
-        if slot.phase == "failed":  # waits for the plane to change it, then starts over
+        if (
+            slot.phase == AdmissionPhase.FAILED
+        ):  # waits for the plane to change it, then starts over
             if not slot.retry:
                 return None
             slot.retry = False
-            return self._decision(deployment_id, slot, 0, "awaiting_admission", dict)
+            return self._decision(deployment_id, slot, 0, AdmissionReason.AWAITING_ADMISSION, dict)
         wanted = slot.wanted
         if not slot.enabled:
-            return self._decision(deployment_id, slot, 0, "disabled", lambda: {"wanted": 0})
+            return self._decision(
+                deployment_id, slot, 0, AdmissionReason.DISABLED, lambda: {"wanted": 0}
+            )
         cluster_key = (slot.cluster, slot.device_class)
         project_key = (slot.project, slot.device_class)
         capacity = self.total.get(cluster_key, 0)
@@ -423,7 +429,7 @@ class Ledger:
             self._wait(deployment_id, slot)  # its turn comes after the older one's
             return None, []
         released = self.record(decision)
-        if decision.reason == "awaiting_admission":  # out of failure: decide again
+        if decision.reason == AdmissionReason.AWAITING_ADMISSION:  # out of failure: decide again
             released = [deployment_id, *released]
         return decision, released
 
@@ -493,7 +499,7 @@ class Ledger:
         """Admitted when there is no reason to wait; None when nothing would change. A placed
         or running deployment that is admitted again keeps its phase: only its grant moves."""
         admitted = reason is None
-        phase = "admitted" if admitted else "pending"
+        phase: str = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         if admitted and slot.phase in HOLDS:
             phase = slot.phase
         if (phase, reason, devices) == (slot.phase, slot.reason, slot.granted):
@@ -505,13 +511,13 @@ class Ledger:
         if slot is None:
             return []
         released = self._update(deployment_id, slot, **fields)
-        slot.retry = slot.phase == "failed"
+        slot.retry = slot.phase == AdmissionPhase.FAILED
         return [deployment_id, *released, *self._behind(slot)] if slot.managed else released
 
     def _behind(self, slot: Slot) -> list[str]:
         """The heads of the queues this deployment waits in: what it wants changed, so it may
         no longer hold them back."""
-        return self._heads_of(slot) if slot.phase == "pending" else []
+        return self._heads_of(slot) if slot.phase == AdmissionPhase.PENDING else []
 
     def _heads_of(self, slot: Slot) -> list[str]:
         """The heads of both queues a deployment waits in (or waited in)."""
@@ -533,7 +539,7 @@ class Ledger:
             fields["rolling"] = False
         was = slot.reason
         released = self._update(deployment_id, slot, **fields)
-        waits = phase == "pending" and reason != "disabled"
+        waits = phase == AdmissionPhase.PENDING and reason != AdmissionReason.DISABLED
         if slot.managed and (waits or (phase in HOLDS and slot.wanted > slot.granted)):
             self._wait(deployment_id, slot)  # pending, or serving and waiting to grow
         else:
@@ -563,7 +569,7 @@ class Ledger:
         self.deployments[deployment_id] = slot
         self._claim(slot, slot.claim)
         if not slot.managed:  # observed: it runs already and is not admitted here
-            slot.phase, slot.reason = "admitted", None
+            slot.phase, slot.reason = AdmissionPhase.ADMITTED, None
             return []
         self._wait(deployment_id, slot)
         return [deployment_id]

@@ -8,17 +8,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority
+from wingsmith.domain.discovery import DiscoveryState
 from wingsmith.projections.base import Keys, Projection, View, handles
 from wingsmith.projections.render import Render
 
 E = Mapping[str, Any]
-RANK = {"pending": 0, "admitted": 1, "placed": 2, "running": 3}
+RANK: dict[str, int] = {
+    AdmissionPhase.PENDING: 0,
+    AdmissionPhase.ADMITTED: 1,
+    AdmissionPhase.PLACED: 2,
+    AdmissionPhase.RUNNING: 3,
+}
 JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
 
 
 def _first_phase(e: E) -> tuple[str, str | None]:
     """A deployment the plane declares waits for admission; one adopted runs already."""
-    return ("pending", "awaiting_admission") if e["authority"] == "managed" else ("admitted", None)
+    if e["authority"] == Authority.MANAGED:
+        return AdmissionPhase.PENDING, AdmissionReason.AWAITING_ADMISSION
+    return AdmissionPhase.ADMITTED, None
 
 
 def _devices(nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -33,9 +42,9 @@ def workload_phase(phases: Iterable[str]) -> str:
     """running if all deployments are; failed if any failed; else the least advanced phase."""
     phases = list(phases)
     if not phases:
-        return "pending"
-    if "failed" in phases:
-        return "failed"
+        return AdmissionPhase.PENDING
+    if AdmissionPhase.FAILED in phases:
+        return AdmissionPhase.FAILED
     return min(phases, key=RANK.__getitem__)
 
 
@@ -53,7 +62,7 @@ class WorkloadPhase(Projection):
         if view is None:
             view = self.views[workload_id] = {
                 "workload_id": workload_id,
-                "phase": "pending",
+                "phase": AdmissionPhase.PENDING,
                 "deployments": {},
             }
         return view
@@ -74,15 +83,15 @@ class WorkloadPhase(Projection):
 
     @handles("DeploymentPlaced")
     def _placed(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "placed")
+        return self._set(deployment_id, AdmissionPhase.PLACED)
 
     @handles("DeploymentRunning")
     def _running(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "running")
+        return self._set(deployment_id, AdmissionPhase.RUNNING)
 
     @handles("DeploymentFailed")
     def _failed(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "failed")
+        return self._set(deployment_id, AdmissionPhase.FAILED)
 
     @handles("WorkloadDeleted")
     def _deleted(self, workload_id: str, e: E) -> Keys:
@@ -328,15 +337,19 @@ class DeploymentHealth(Projection):
 
     @handles("DeploymentPlaced")
     def _placed(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "admission", self._admission("placed", None, e))
+        return self._set(
+            deployment_id, "admission", self._admission(AdmissionPhase.PLACED, None, e)
+        )
 
     @handles("DeploymentRunning")
     def _running(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "admission", self._admission("running", None, e))
+        return self._set(
+            deployment_id, "admission", self._admission(AdmissionPhase.RUNNING, None, e)
+        )
 
     @handles("DeploymentFailed")
     def _failed(self, deployment_id: str, e: E) -> Keys:
-        admission = self._admission("failed", e["reason"], e, message=e["message"])
+        admission = self._admission(AdmissionPhase.FAILED, e["reason"], e, message=e["message"])
         return self._set(deployment_id, "admission", admission)
 
     @handles("DeploymentDeleted")
@@ -425,7 +438,7 @@ class DeploymentHealth(Projection):
     def _judge(v: View) -> None:
         v["degraded"] = v["enabled"] and v["ready_replicas"] < v["desired_replicas"]
         observed_drift = (
-            v["authority"] == "observed"
+            v["authority"] == Authority.OBSERVED
             and v["imported_args"] is not None
             and v["imported_args"] != v["engine_args"]
         )
@@ -446,7 +459,7 @@ class Discovered(Projection):
         self.views[discovery_id] = {
             "discovery_id": discovery_id,
             "cluster_id": e["cluster_id"],
-            "state": "sighted",
+            "state": DiscoveryState.SIGHTED,
             "workload_id": None,
             "present": True,
             **e["sighting"],
@@ -465,21 +478,25 @@ class Discovered(Projection):
 
     @handles("DiscoveryTracked")
     def _tracked(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id]["state"] = "tracked"
+        self.views[discovery_id]["state"] = DiscoveryState.TRACKED
         return (discovery_id,)
 
     @handles("DiscoveryIgnored")
     def _ignored(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id]["state"] = "ignored"
+        self.views[discovery_id]["state"] = DiscoveryState.IGNORED
         return (discovery_id,)
 
     @handles("DiscoveryPromoted")
     def _promoted(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id].update(state="promoted", workload_id=e["workload_id"])
+        self.views[discovery_id].update(state=DiscoveryState.PROMOTED, workload_id=e["workload_id"])
         return (discovery_id,)
 
     def listed(self, *, include_ignored: bool = False) -> list[View]:
-        return [v for v in self.views.values() if include_ignored or v["state"] != "ignored"]
+        return [
+            v
+            for v in self.views.values()
+            if include_ignored or v["state"] != DiscoveryState.IGNORED
+        ]
 
 
 class Allocations(_Allocations):

@@ -21,7 +21,7 @@ import httpx
 import orjson
 import yaml
 
-from wingsmith.domain.deployment import AdmissionPhase
+from wingsmith.domain.deployment import AdmissionPhase, Authority
 from wingsmith.domain.values import Backend, ServingMode
 from wingsmith.services.cli.terminal import Progress, table
 from wingsmith.services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
@@ -275,9 +275,9 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
             note = note or workload["unplaced"] or workload["phase"]
             bar.total = max(wanted, 1)
             bar.update(ready, note)
-            if workload["phase"] == "running" and ready >= wanted:
+            if workload["phase"] == AdmissionPhase.RUNNING and ready >= wanted:
                 return dict(workload)
-            if workload["phase"] == "failed":
+            if workload["phase"] == AdmissionPhase.FAILED:
                 raise RuntimeError(f"workload {key} failed: {note}")
             if loop.time() > deadline:
                 raise RuntimeError(f"workload {key} not ready after {timeout:.0f}s: {note}")
@@ -323,7 +323,7 @@ async def _list_deployments(api: ApiClient, args: argparse.Namespace) -> str:
 async def _deployment_action(api: ApiClient, args: argparse.Namespace) -> str:
     path = f"/v1/deployments/{args.ref}/{args.action}"
     if args.action == "authority":
-        body: Any = {"authority": "managed", "force": args.force}
+        body: Any = {"authority": Authority.MANAGED, "force": args.force}
         method = "POST"
     elif args.action == "engine-args":
         body, method = {"engine_args": args.engine_args}, "PUT"

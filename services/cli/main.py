@@ -25,6 +25,7 @@ from wingsmith.adapters.kube import Kube
 from wingsmith.adapters.store import StoreThread, store_env
 from wingsmith.domain import subjects
 from wingsmith.domain.commands import json_schemas
+from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.domain.values import Backend as EngineBackend
 from wingsmith.domain.values import is_name
 from wingsmith.projections.audit import Entry, Timeline
@@ -356,10 +357,10 @@ async def _demo(nc: nats_bus.Connection, clusters: dict[str, list[SimNode]]) -> 
 
 
 PHASE_EVENTS = {
-    "DeploymentCreated": "pending",
-    "DeploymentPlaced": "placed",
-    "DeploymentRunning": "running",
-    "DeploymentFailed": "failed",
+    "DeploymentCreated": AdmissionPhase.PENDING,
+    "DeploymentPlaced": AdmissionPhase.PLACED,
+    "DeploymentRunning": AdmissionPhase.RUNNING,
+    "DeploymentFailed": AdmissionPhase.FAILED,
 }
 
 
