@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import orjson
-import yaml
 
 from wingsmith.domain.deployment import AdmissionPhase, Authority
 from wingsmith.domain.values import Backend, ServingMode
@@ -199,6 +198,8 @@ SERVING_FLAGS = (
 
 
 def _load(path: str) -> Any:
+    import yaml  # only for --file: the other commands need not load it
+
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
     try:
         return yaml.safe_load(text)  # JSON is YAML too

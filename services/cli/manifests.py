@@ -1,0 +1,43 @@
+"""`wingsmith render` and `inspect-dgd`: DynamoGraphDeployment manifests, offline.
+
+What the operator would apply for a render object, and what a manifest found on a cluster runs;
+neither needs a hub, NATS or Kubernetes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import orjson
+
+from wingsmith.services.operator import inspect
+from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1, render_yaml
+
+
+def render(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="a render object as published on wingsmith.render.>")
+    parser.add_argument("--namespace", default="wingsmith")
+    parser.add_argument("--api-version", choices=[V1BETA1, V1ALPHA1], default=V1BETA1)
+    parser.set_defaults(run=_render)
+
+
+async def _render(args: argparse.Namespace) -> int:
+    try:
+        desired = orjson.loads(Path(args.file).read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"{args.file}: not JSON: {e}") from None
+    print(render_yaml(desired, namespace=args.namespace, api_version=args.api_version), end="")
+    return 0
+
+
+def inspect_dgd(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="a DynamoGraphDeployment (YAML or JSON; v1alpha1 or v1beta1)")
+    parser.set_defaults(run=_inspect_dgd)
+
+
+async def _inspect_dgd(args: argparse.Namespace) -> int:
+    manifest = inspect.load_manifest(Path(args.file).read_text())
+    summary = inspect.inspect_dgd(manifest).summary()
+    print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    return 0

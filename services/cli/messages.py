@@ -1,0 +1,126 @@
+"""`wingsmith cmd`, `ping`, `sim-fault` and `schema`: one message to the hub (or to a simulated
+cluster) over NATS and its reply, and the JSON Schema of every command."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import uuid
+from typing import Any
+
+import orjson
+
+from wingsmith.adapters import nats_bus
+from wingsmith.domain.commands import json_schemas
+from wingsmith.domain.values import Backend as EngineBackend
+from wingsmith.services.config import Settings, connect
+from wingsmith.services.health import NoHealth, Status
+from wingsmith.services.health import ask as ask_health
+from wingsmith.services.operator.backends.simulated import fault_subject
+
+
+def sim_fault(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cluster_id", metavar="CLUSTER")
+    parser.add_argument(
+        "fault",
+        choices=["node_loss", "node_restore", "image_pull", "clear", "run_model", "stop_model"],
+        help="run_model: start a model nobody declared, for the operator to discover",
+    )
+    parser.add_argument("--node", help="for node_loss and node_restore")
+    parser.add_argument("--deployment", help="for image_pull and clear")
+    parser.add_argument("--name", help="run_model, stop_model: its DynamoGraphDeployment name")
+    parser.add_argument("--namespace", default="default", help="run_model, stop_model")
+    parser.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
+    parser.add_argument("--backend", default="vllm", choices=[b.value for b in EngineBackend])
+    parser.add_argument("--engine-version", default="0.9.2", help="run_model")
+    parser.add_argument("--replicas", type=int, default=1, help="run_model")
+    parser.add_argument("--gpus", type=int, default=1, help="run_model: per replica")
+    parser.add_argument(
+        "--args", default="", help="run_model: the engine's flags, e.g. '--max-model-len 8192'"
+    )
+    parser.set_defaults(run=_sim_fault)
+
+
+async def _sim_fault(args: argparse.Namespace) -> int:
+    body = {"fault": args.fault, "node": args.node, "deployment_id": args.deployment}
+    if args.fault in {"run_model", "stop_model"}:
+        body |= {
+            "namespace": args.namespace,
+            "name": args.name,
+            "model": args.model,
+            "backend": args.backend,
+            "engine_version": args.engine_version,
+            "replicas": args.replicas,
+            "gpus": args.gpus,
+            "args": shlex.split(args.args),
+        }
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
+    try:
+        reply = await nats_bus.request(nc, fault_subject(args.cluster_id), orjson.dumps(body), 5.0)
+    finally:
+        await nc.close()
+    print(reply.decode())
+    return 0 if orjson.loads(reply).get("ok") else 1
+
+
+def cmd(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("subject", help="e.g. project.set_quota or wingsmith.cmd.project.set_quota")
+    parser.add_argument("payload", help="the command as JSON; command_id is added when missing")
+    parser.add_argument("--timeout", type=float, default=10.0)
+    parser.set_defaults(run=_cmd)
+
+
+async def _cmd(args: argparse.Namespace) -> int:
+    try:
+        body: Any = orjson.loads(args.payload)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"payload is not valid JSON: {e}") from None
+    if isinstance(body, dict) and "command_id" not in body:
+        body["command_id"] = f"cli-{uuid.uuid4().hex}"
+    subject = (
+        args.subject if args.subject.startswith("wingsmith.") else f"wingsmith.cmd.{args.subject}"
+    )
+    nc = await connect(Settings.from_env(), "wingsmith-cli")
+    try:
+        reply = await nats_bus.request(nc, subject, orjson.dumps(body), args.timeout)
+    finally:
+        await nc.close()
+    print(orjson.dumps(orjson.loads(reply), option=orjson.OPT_INDENT_2).decode())
+    return 0 if orjson.loads(reply).get("ok") else 1
+
+
+def ping(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--json", action="store_true", help="the whole health report as JSON")
+    parser.set_defaults(run=_ping)
+
+
+async def _ping(args: argparse.Namespace) -> int:
+    """Ask the hub for its health: every stage from the store to the views (services/health.py).
+    Exit 1 when it is unhealthy or does not answer, printing what is wrong."""
+    nc = await connect(Settings.from_env(), "wingsmith-ping")
+    try:
+        report = await ask_health(nc, args.timeout)
+    except NoHealth as e:
+        print(f"unhealthy: {e}", file=sys.stderr)
+        return 1
+    finally:
+        await nc.close()
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        for check in report.checks:
+            if check.status is not Status.OK or args.verbose:
+                print(f"{check.status}: {check.stage}: {check.detail}")
+        print("healthy" if report.healthy else "unhealthy")
+    return 0 if report.healthy else 1
+
+
+def schema(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(run=_schema)
+
+
+async def _schema(args: argparse.Namespace) -> int:
+    print(orjson.dumps(json_schemas(), option=orjson.OPT_INDENT_2).decode())
+    return 0

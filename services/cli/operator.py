@@ -1,0 +1,84 @@
+"""`wingsmith operator`: the operator of one cluster, on Kubernetes or on a simulated cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from wingsmith.adapters import nats_bus
+from wingsmith.adapters.kube import Kube
+from wingsmith.services.cli.shared import cluster_id, stop_on_signals
+from wingsmith.services.config import Settings, connect
+from wingsmith.services.operator.backends.kube import KubeBackend
+from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
+from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1
+from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
+
+
+def operator(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster-id", required=True, type=cluster_id, metavar="ID")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig", metavar="PATH", help="the cluster's kubeconfig")
+    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    where.add_argument(
+        "--simulated",
+        metavar="SPEC",
+        help="no Kubernetes: nodes as [COUNTx]GPUS:CLASS[@DOMAIN],...",
+    )
+    parser.add_argument(
+        "--namespace", default="wingsmith", help="where rendered DynamoGraphDeployments go"
+    )
+    parser.add_argument(
+        "--api-version",
+        choices=[V1BETA1, V1ALPHA1],
+        default=V1BETA1,
+        help="the DynamoGraphDeployment version to render (v1alpha1: older Dynamo operators)",
+    )
+    parser.set_defaults(run=_operator)
+
+
+async def _operator(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    stop = stop_on_signals()
+    options = OperatorOptions(
+        cluster_id=args.cluster_id,
+        read_only=settings.operator_read_only,
+        simulated=bool(args.simulated),
+        sync_every=settings.operator_sync_every,
+    )
+    nc = await connect(settings, "wingsmith-operator", operator_of=args.cluster_id)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if args.simulated:
+                cluster = SimulatedCluster(
+                    args.cluster_id,
+                    nodes_from_spec(args.cluster_id, args.simulated),
+                    read_only=options.read_only,
+                    state_file=settings.data_dir / "simulated" / f"{args.cluster_id}.json",
+                )
+                backend: Backend = cluster
+                faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")
+                stack.push_async_callback(nats_bus.cancel_and_wait, faults)
+            else:
+                kube = await stack.enter_async_context(
+                    Kube(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
+                )
+                backend = KubeBackend(
+                    kube,
+                    args.cluster_id,
+                    args.namespace,
+                    read_only=options.read_only,
+                    api_version=args.api_version,
+                )
+            running = asyncio.create_task(run_operator(nc, backend, options), name="operator")
+            mode = "read-only" if options.read_only else "read-write"
+            print(f"wingsmith operator for {args.cluster_id} ready ({mode})", flush=True)
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (running, stopping):
+                task.cancel()
+            await asyncio.gather(running, stopping, return_exceptions=True)
+    finally:
+        await nc.close()
+    return 0

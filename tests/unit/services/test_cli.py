@@ -1,0 +1,121 @@
+"""The command line loads what the chosen command needs and nothing else: `--help` none of the
+libraries the commands use, a REST command neither the hub, the API server nor the Kubernetes
+client; and the parser it builds for one command is the whole command line's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wingsmith.services.cli.main import COMMANDS, RESOURCES, build_parser, chosen_command
+
+SERVERS = {"fastapi", "starlette", "uvicorn", "kubernetes_asyncio", "eventsourcing", "psycopg"}
+
+# One valid command line per command (none of them is run).
+EXAMPLES = {
+    "up": ["up", "--simulated", "east=1x8:H100"],
+    "api": ["api"],
+    "operator": ["operator", "--cluster-id", "east", "--simulated", "1x8:H100"],
+    "render": ["render", "desired.json"],
+    "inspect-dgd": ["inspect-dgd", "dgd.yaml"],
+    "sim-fault": ["sim-fault", "east", "node_loss", "--node", "n0"],
+    "projector": ["projector"],
+    "cmd": ["cmd", "project.set_quota", "{}"],
+    "ping": ["ping"],
+    "schema": ["schema"],
+    "events": ["events", "--aggregate", "deployment"],
+    "dead-letters": ["dead-letters", "--since", "15m"],
+    "watch": ["watch", "capacity"],
+    "view": ["view", "capacity", "--as-of", "2h"],
+    "audit": ["audit", "deployment:llama--east"],
+    "replay": ["replay"],
+    "workloads": ["workloads", "list", "--phase", "running"],
+    "deployments": ["deployments", "list"],
+    "discovered": ["discovered", "promote", "d1", "--project", "p"],
+    "projects": ["projects", "quota", "p", "H100", "8"],
+    "clusters": ["clusters", "get", "east"],
+}
+
+
+def imported(tmp_path: Path, *argv: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The modules a fresh `python -m wingsmith *argv` imports (from `-X importtime`), with the
+    REST API and NATS pointed at ports where nothing listens."""
+    env = os.environ | {
+        "WINGSMITH_DATA_DIR": str(tmp_path),
+        "WINGSMITH_API_URL": "http://127.0.0.1:9",
+        "WINGSMITH_NATS_URL": "nats://127.0.0.1:9",
+    }
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "wingsmith", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules = {
+        line.rpartition("|")[2].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return modules, done
+
+
+def packages(modules: set[str]) -> set[str]:
+    return {name.partition(".")[0] for name in modules}
+
+
+def test_help_imports_the_parser_alone(tmp_path: Path) -> None:
+    modules, done = imported(tmp_path, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "deployments" in done.stdout
+    assert not packages(modules) & (SERVERS | {"nats", "httpx", "pydantic", "yaml"})
+    ours = {name for name in modules if name.startswith("wingsmith")} - {"wingsmith.__main__"}
+    packages_of_main = {"wingsmith", "wingsmith.services", "wingsmith.services.cli"}
+    assert ours == {*packages_of_main, "wingsmith.services.cli.main"}
+
+
+def test_a_rest_command_imports_the_http_client_and_no_server(tmp_path: Path) -> None:
+    modules, done = imported(tmp_path, "deployments", "list")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot reach the API at http://127.0.0.1:9" in done.stderr
+    assert "httpx" in modules
+    assert not packages(modules) & SERVERS
+    assert not {
+        m for m in modules if m.startswith(("wingsmith.services.hub", "wingsmith.services.api"))
+    }
+
+
+def test_an_offline_command_imports_neither_nats_nor_kubernetes(tmp_path: Path) -> None:
+    modules, done = imported(tmp_path, "render", str(tmp_path / "missing.json"))
+    assert done.returncode == 2
+    assert "No such file or directory" in done.stderr
+    assert not packages(modules) & (SERVERS | {"nats", "httpx"})
+
+
+@pytest.mark.parametrize("name", [*COMMANDS, *RESOURCES])
+def test_each_command_parses_to_its_coroutine(name: str) -> None:
+    argv = EXAMPLES[name]
+    args = build_parser(chosen_command(argv)).parse_args(argv)
+    assert asyncio.iscoroutinefunction(args.run)
+
+
+@pytest.mark.parametrize("name", [*COMMANDS, *RESOURCES])
+def test_the_command_list_is_the_same_whichever_command_is_chosen(name: str) -> None:
+    """`wingsmith --help` shows help lines kept in main.py; the commands' own modules (client.py
+    for the resources) must agree with them."""
+    assert build_parser(name).format_help() == build_parser().format_help()
+
+
+def test_the_chosen_command_is_the_first_word_that_is_no_option() -> None:
+    assert chosen_command(["-v", "deployments", "list", "--json"]) == "deployments"
+    assert chosen_command(["--help"]) is None
+    assert chosen_command([]) is None
+
+
+def test_every_example_is_of_a_known_command() -> None:
+    assert set(EXAMPLES) == set(COMMANDS) | set(RESOURCES)
