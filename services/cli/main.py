@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from wingsmith import __version__
+
 PACKAGE = "wingsmith.services.cli"
 
 
@@ -89,6 +91,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     which is all `wingsmith --help` shows of it."""
     parser = argparse.ArgumentParser(prog="wingsmith", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     for name, (where, help) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help)

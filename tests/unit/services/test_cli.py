@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from wingsmith import __version__
 from wingsmith.services.cli.main import COMMANDS, RESOURCES, build_parser, chosen_command
 
 SERVERS = {"fastapi", "starlette", "uvicorn", "kubernetes_asyncio", "eventsourcing", "psycopg"}
@@ -77,6 +78,14 @@ def test_help_imports_the_parser_alone(tmp_path: Path) -> None:
     ours = {name for name in modules if name.startswith("wingsmith")} - {"wingsmith.__main__"}
     packages_of_main = {"wingsmith", "wingsmith.services", "wingsmith.services.cli"}
     assert ours == {*packages_of_main, "wingsmith.services.cli.main"}
+
+
+def test_version_is_the_packages(tmp_path: Path) -> None:
+    modules, done = imported(tmp_path, "--version")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == f"wingsmith {__version__}\n"
+    assert "wingsmith.services.cli.main" in modules
+    assert not packages(modules) & (SERVERS | {"nats", "httpx", "pydantic"})
 
 
 def test_a_rest_command_imports_the_http_client_and_no_server(tmp_path: Path) -> None:
