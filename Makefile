@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/cli.py
 
 clean:
 	rm -rf $(VENV) .wingsmith .pytest_cache .mypy_cache .hypothesis
