@@ -166,12 +166,12 @@ class EmbeddedNatsServer:
         config_file = self.store_dir / "nats-server.conf"
         # Readable by its owner only from the start: it may hold passwords.
         fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w") as out:
+        with open(fd, "w") as out:  # noqa: ASYNC230 - a few bytes to a local file, once per start
             out.write(f"jetstream {{ max_file_store: {MAX_FILE_STORE} }}\n{self.config or ''}")
         args += ["-c", str(config_file)]
         args += self.extra_args
-        output = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - the process's
-        self._process = subprocess.Popen(
+        output = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115, ASYNC230 - the process's
+        self._process = subprocess.Popen(  # noqa: ASYNC220 - returns once forked; polled below
             args, stdout=output, stderr=output, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
         )
         output.close()

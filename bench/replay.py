@@ -846,7 +846,7 @@ async def update_latency(seconds: float) -> None:
                 "WINGSMITH_DATA_DIR": str(Path(tmp) / "hub"),
                 "WINGSMITH_API_LISTEN": "127.0.0.1:0",  # `up` serves the REST API too
             }
-            hub = subprocess.Popen(
+            hub = subprocess.Popen(  # noqa: ASYNC220 - returns once forked
                 [sys.executable, "-m", "wingsmith", "up"],
                 env=env,
                 stdout=subprocess.PIPE,

@@ -200,7 +200,7 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
 async def _syncs(report: Reporter, backend: Backend, every: float) -> None:
     """A full sync as soon as the backend can tell the whole truth, then every `every`
     seconds."""
-    while not await report.sync(backend):
+    while not await report.sync(backend):  # noqa: ASYNC110 - a retry, not a wait for a flag
         await asyncio.sleep(min(every, 0.5))
     while True:
         await asyncio.sleep(every)
