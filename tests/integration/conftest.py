@@ -112,14 +112,14 @@ async def send_until_answered(nc: Client, verb: str, body: dict[str, Any]) -> An
 
 async def seed_deployment(nc: Client, prefix: str = "s") -> str:
     """A project, a cluster and a workload pinned to it: returns the deployment id."""
-    quota = {
+    quota: dict[str, Any] = {
         "command_id": f"{prefix}-q",
         "project": "research",
         "device_class": "H100",
         "devices": 8,
     }
-    cluster = {"command_id": f"{prefix}-c", "cluster_id": "east"}
-    workload = {
+    cluster: dict[str, Any] = {"command_id": f"{prefix}-c", "cluster_id": "east"}
+    workload: dict[str, Any] = {
         "command_id": f"{prefix}-w",
         "workload_id": "llama",
         "project": "research",

@@ -107,7 +107,8 @@ async def test_concurrent_demand_never_exceeds_capacity_or_quota(hub: Hub, clien
 
     await wait_for(settled, 30, "a decision for every deployment")
     await asyncio.sleep(1)  # decisions that follow the last inventory report
-    total, granted = 0, {}
+    total = 0
+    granted: dict[str, Any] = {}
     for e in await events(client):  # at every point of the history
         if e["type"] == "InventoryReported":
             total = sum(n["devices"] for n in e["event"]["nodes"])

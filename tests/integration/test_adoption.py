@@ -80,8 +80,8 @@ async def test_discover_adopt_and_promote_without_writing_or_restarting(
             client,
             "deployment.set_engine_args",
             deployment_id="qwen3-chat--east",
-            engine_args=list(adopted.imported_args),
-        )  # type: ignore[attr-defined]
+            engine_args=list(adopted.imported_args),  # type: ignore[attr-defined]
+        )
         await command(
             client,
             "deployment.promote_authority",

@@ -282,7 +282,7 @@ async def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(
 
 async def test_malformed_bodies_are_refused(hub: Hub, api: httpx.AsyncClient) -> None:
     before = await stored(hub)
-    cases = [
+    cases: list[tuple[dict[str, Any], int]] = [
         ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
         ({"content": b"replicas=2", "headers": {"content-type": "text/plain"}}, 415),
         ({"json": {"x": "y" * 70_000}}, 413),
@@ -325,7 +325,7 @@ async def test_unknown_routes_and_methods_are_problems(api: httpx.AsyncClient) -
 
 async def test_without_a_valid_token_nothing_changes(hub: Hub, api: httpx.AsyncClient) -> None:
     before = await stored(hub)
-    quota = {"json": {"devices": 8}}
+    quota: dict[str, Any] = {"json": {"devices": 8}}
     async with httpx.AsyncClient(base_url=api.base_url) as anonymous:
         for headers in ({}, bearer("not-a-token"), {"Authorization": f"Basic {WRITER}"}):
             response = await anonymous.put("/v1/projects/p/quotas/H100", headers=headers, **quota)

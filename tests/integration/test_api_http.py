@@ -34,7 +34,7 @@ async def api_with(hub: Hub, tmp_path: Path, **limits: float) -> AsyncIterator[s
         nats_url=hub.nats_url,
         api_listen=("127.0.0.1", 0),
         api_tokens={WRITER: "tests"},
-        **{f"api_{name}": value for name, value in limits.items()},
+        **{f"api_{name}": value for name, value in limits.items()},  # type: ignore[arg-type]
     )
     settings.data_dir.mkdir(parents=True)
     async with running_api(settings) as api:

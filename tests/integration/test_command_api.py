@@ -62,7 +62,7 @@ async def test_events_reach_the_stream_with_causation(plain_hub: Hub, client: Cl
     assert event["event"]["command_id"] == "args-1"
     assert event["event"]["correlation_id"] == "rollout-7"
     assert event["event"]["engine_args"] == ["--enforce-eager"]
-    assert msg.headers["Nats-Msg-Id"] == f"deployment:{deployment}:2"
+    assert msg.headers["Nats-Msg-Id"] == f"deployment:{deployment}:2"  # type: ignore[index]
 
 
 WORKLOAD = {

@@ -20,7 +20,7 @@ async def test_a_message_set_aside_is_kept_with_its_reason_once(client: Client) 
 
     assert await stored(client) == {"ingest": 1, "relay": 1}
     kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.relay")
-    body = orjson.loads(kept.data)
+    body = orjson.loads(kept.data)  # type: ignore[arg-type]
     assert (body["reason"], body["subject"], body["data_base64"]) == (
         "bad subject",
         "wingsmith.evt.replica.a b",

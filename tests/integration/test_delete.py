@@ -50,7 +50,7 @@ async def test_a_deleted_workloads_devices_go_to_the_next_one(
 
             async def waiting() -> bool:
                 health = await view(client, "deployment_health", "embed--east") or {}
-                return health.get("admission", {}).get("reason") == "insufficient_capacity"
+                return health.get("admission", {}).get("reason") == "insufficient_capacity"  # type: ignore[no-any-return]
 
             await wait_for(waiting, 30, "embed to wait for capacity")
 

@@ -17,7 +17,7 @@ import pytest
 from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
-from wingsmith.adapters.kube import Kube
+from wingsmith.adapters.kube import Kind, Kube
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import (
     LABEL_DEPLOYMENT,
@@ -42,7 +42,7 @@ from .kube_fixtures import (
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "dgd"
-DGD = "dgd/v1beta1"
+DGD: Kind = "dgd/v1beta1"
 SERVING = {
     "model": "meta-llama/Llama-3.1-8B-Instruct",
     "backend": "vllm",
@@ -328,7 +328,8 @@ async def test_observations_survive_a_dropped_watch(client: Client) -> None:
         # the API server ends every open watch: the operator watches again and sees later nodes
         watches = len(requests(cluster.emulator, kmock.action.WATCH, "node"))
         for request in list(cluster.emulator[kmock.action.WATCH]):
-            request._raw_request.transport.abort()  # kmock cannot end a stream itself; this does
+            # kmock cannot end a stream itself; this does
+            request._raw_request.transport.abort()  # type: ignore[union-attr]
 
         async def watching_again() -> bool:
             return len(requests(cluster.emulator, kmock.action.WATCH, "node")) > watches

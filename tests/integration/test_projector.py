@@ -94,6 +94,6 @@ async def test_an_idle_projector_checkpoints_what_it_has_folded(
         async def checkpointed() -> bool:
             progress = await nats_bus.projector_progress(client)
             saved = await projector._store.run(projector.checkpoints.latest, "capacity")
-            return bool(progress and saved) and saved.position == progress["position"] > 0
+            return bool(progress and saved) and saved.position == progress["position"] > 0  # type: ignore[union-attr, index]
 
         await wait_for(checkpointed, 20, "a checkpoint at the projector's position")

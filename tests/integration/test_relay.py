@@ -93,7 +93,7 @@ async def test_nats_server_restarted_mid_stream(
     data_dir = tmp_path / "hub"
     settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir)
     async with running_hub(settings):
-        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)  # type: ignore[arg-type]
+        nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
         try:
             await seed_deployment(nc)
             replies: list[Any] = []

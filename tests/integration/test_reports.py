@@ -86,7 +86,7 @@ async def dead_letters(client: Client) -> list[dict[str, Any]]:
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
         msg = await js.get_msg(DEAD_STREAM, seq=seq)
         if msg.subject == f"{DEAD_PREFIX}.ingest":
-            kept.append(orjson.loads(msg.data))
+            kept.append(orjson.loads(msg.data))  # type: ignore[arg-type]
     return kept
 
 
@@ -159,7 +159,7 @@ async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
 async def test_every_stream_has_size_message_and_age_limits(client: Client) -> None:
     await nats_bus.ensure_streams(client, max_bytes={"WINGSMITH_EVENTS": 64 * 1024**2})
     js = client.jetstream()
-    configs = {s.name: (await js.stream_info(s.name)).config for s in nats_bus.STREAMS}
+    configs = {s.name: (await js.stream_info(s.name)).config for s in nats_bus.STREAMS}  # type: ignore[arg-type]
     assert configs["WINGSMITH_EVENTS"].max_bytes == 64 * 1024**2  # as configured
     for name, config in configs.items():
         assert config.max_bytes and config.max_bytes > 0, name
@@ -252,12 +252,12 @@ async def test_an_older_hubs_observation_consumer_gets_the_wider_window(client: 
 
         async def widened() -> bool:
             info = await js.consumer_info("WINGSMITH_OBS", "wingsmith-hub")
-            return info.config.max_ack_pending == nats_bus.OBS_PENDING
+            return info.config.max_ack_pending == nats_bus.OBS_PENDING  # type: ignore[no-any-return]
 
         await wait_for(widened, 10, "the wider window")
     finally:
         await nats_bus.cancel_and_wait(reading)
-        await batches.aclose()
+        await batches.aclose()  # type: ignore[attr-defined]
 
 
 def test_the_largest_inventory_a_report_may_carry_fits_one_event_message(tmp_path: Path) -> None:

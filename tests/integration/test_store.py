@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -33,9 +34,9 @@ SERVING = ServingConfig(
 
 
 @pytest.fixture
-def store(store_url: str, tmp_path: Path) -> EventStore:
+def store(store_url: str, tmp_path: Path) -> Iterator[EventStore]:
     opened = EventStore(store_env(store_url, tmp_path))
-    yield opened  # type: ignore[misc]
+    yield opened
     opened.close()
 
 

@@ -120,8 +120,8 @@ def stores(store_url: str, tmp_path: Path) -> Any:
 
 def answers(store: EventStore, checkpoints: CheckpointStore) -> None:
     for hhmm, expected in EXPECTED_CAPACITY.items():
-        [view] = as_of(store.read, checkpoints, at(hhmm), [Capacity])
-        assert view.views.get("east.H100") == expected, hhmm
+        [capacity] = as_of(store.read, checkpoints, at(hhmm), [Capacity])
+        assert capacity.views.get("east.H100") == expected, hhmm
     for hhmm, admission in EXPECTED_ADMISSION.items():
         [health] = as_of(store.read, checkpoints, at(hhmm), [DeploymentHealth])
         view = health.views.get("llama--east")

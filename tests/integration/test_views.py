@@ -64,7 +64,7 @@ async def nc(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
     client = await nats.connect(
         nats_server.url,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.1,  # type: ignore[arg-type]
+        reconnect_time_wait=0.1,
     )
     yield client
     await client.close()

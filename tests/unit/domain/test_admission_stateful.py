@@ -64,7 +64,7 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     # a repository over this machine's aggregates, for the hub's placement handler
     def get(self, cls: type[Any], key: str) -> Any:
-        found = {
+        found: Any = {
             Workload: self.workloads,
             Cluster: self.clusters,
             Deployment: {d.key: d for d in self.deployments},
@@ -105,7 +105,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         deployment.decide_admission(
             plane(),
             admitted=decision.admitted,
-            reason=None if decision.admitted else AdmissionReason(decision.reason),
+            reason=None if decision.admitted else AdmissionReason(decision.reason),  # type: ignore[arg-type]
             evidence=decision.evidence,
             devices=decision.devices,
         )
@@ -318,7 +318,7 @@ class AdmissionMachine(RuleBasedStateMachine):
     def could_fit(self, slot: Any, reason: str) -> bool:
         """Waits for `reason` and could be admitted once others release, counted from the
         aggregates."""
-        return (
+        return (  # type: ignore[no-any-return]
             slot.reason == reason
             and slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
             and slot.wanted <= self.projects[slot.project].quota.get("H100", 0)

@@ -159,7 +159,7 @@ def test_promotion_refuses_drift_unless_forced() -> None:
     assert refused.value.details["imported_args"] == ["--max-model-len", "8192"]
     assert d.authority is Authority.OBSERVED
     d.promote_authority(plane(), force=True)
-    assert d.authority is Authority.MANAGED
+    assert d.authority is Authority.MANAGED  # type: ignore[comparison-overlap]
 
 
 def test_promotion_with_matching_args_is_one_event_and_then_a_no_op() -> None:

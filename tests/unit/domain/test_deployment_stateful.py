@@ -176,7 +176,7 @@ class DeploymentMachine(RuleBasedStateMachine):
         managed = self.history[0].authority is Authority.MANAGED  # type: ignore[attr-defined]
         first = "pending" if managed else "admitted"  # observed from birth: it runs already
         phases = [first] + [
-            e.phase if isinstance(e, AdmissionDecided) else _phase_of(e)  # type: ignore[attr-defined]
+            e.phase if isinstance(e, AdmissionDecided) else _phase_of(e)
             for e in self.history
             if _phase_of(e) or isinstance(e, AdmissionDecided)
         ]

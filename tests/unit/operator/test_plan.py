@@ -121,7 +121,8 @@ class FakeKube:
     """A cluster that holds one DGD and records every write."""
 
     def __init__(self, current: dict[str, Any] | None) -> None:
-        self.current, self.writes = current, []
+        self.current = current
+        self.writes: list[tuple[str, Any]] = []
 
     async def get_dgd(self, namespace: str, name: str, version: str = "v1beta1") -> Any:
         return copy.deepcopy(self.current)

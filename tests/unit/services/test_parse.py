@@ -45,7 +45,7 @@ def test_every_problem_is_listed() -> None:
 def test_unknown_subject() -> None:
     error = refusal(b"{}", subject="wingsmith.cmd.cluster.explode")
     assert error["code"] == "unknown_command"
-    assert "cluster.register" in error["details"]["known"]  # type: ignore[operator]
+    assert "cluster.register" in error["details"]["known"]  # type: ignore[index]
 
 
 def test_a_repeated_key_is_refused_naming_it() -> None:

@@ -68,7 +68,7 @@ SIGHTING = {
     "model": "meta-llama/Llama-3.1-8B-Instruct",
 }
 DISCOVERY = {"cluster_id": "east", "namespace": "models", "name": "llama.v2", "sighting": SIGHTING}
-GOOD = {
+GOOD: dict[str, dict[str, Any]] = {
     "replica": REPLICA,
     "inventory": INVENTORY,
     "deployment": DEPLOYMENT,
