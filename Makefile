@@ -19,12 +19,18 @@ run: $(STAMP)
 		--simulated east=2x8:NVIDIA-H100-80GB-HBM3@rack-a \
 		--simulated west=1x4:NVIDIA-H100-80GB-HBM3@rack-b
 
+# Coverage counts the `wingsmith` processes the tests start as well ([tool.coverage.run] in
+# pyproject.toml); a child that is killed (SIGKILL) rather than stopped adds nothing.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	@rm -f .coverage .coverage.*
+	$(BIN)/coverage run -m pytest -q
+	@$(BIN)/coverage combine -q
+	@echo "coverage: $$($(BIN)/coverage report --format=total)% of wingsmith's lines, counting" \
+		"the processes the tests start (per file: $(BIN)/coverage report)"
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
@@ -34,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/cli.py
 
 clean:
-	rm -rf $(VENV) .wingsmith .pytest_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) .wingsmith .pytest_cache .mypy_cache .hypothesis .coverage .coverage.* htmlcov
