@@ -1,6 +1,6 @@
 """Placement: which clusters a workload's replicas go to, and how many on each (pure).
 
-Policy (docs/placement.md):
+Policy (docs/scheduling.md, "Placement"):
 - A pinned workload has one deployment, on its pin, with all its replicas.
 - Otherwise the candidates are the reachable clusters that report the workload's device class,
   narrowed to its allow-list when it has one. Room on a cluster is its devices of that class
