@@ -1,7 +1,9 @@
 # The hub, the API and the operators: one image, the command chooses the role.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+# wingsmith/ holds links to the four folders below; the wheel build follows them.
+COPY wingsmith wingsmith
 COPY domain domain
 COPY projections projections
 COPY adapters adapters
