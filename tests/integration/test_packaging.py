@@ -1,0 +1,78 @@
+"""The wheel installs one name, `wingsmith`: no generic top-level module such as `domain` or
+`services` lands in site-packages, and the linked folders are in it as files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the Dockerfile copies, too: enough to build the distribution.
+SOURCES = ["pyproject.toml", "README.md", "LICENSE", "wingsmith"]
+SOURCES += ["domain", "projections", "adapters", "services"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    """The wheel built from a copy of the sources (the checkout gets no build/ or egg-info),
+    offline: the environment's setuptools, no isolated build environment."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(
+                path, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            src.mkdir(exist_ok=True)
+            shutil.copy2(path, src / name)
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet"]
+    built = subprocess.run(
+        [*pip, "--wheel-dir", str(tmp / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    [path] = (tmp / "dist").glob("wingsmith-*.whl")
+    with zipfile.ZipFile(path) as opened:
+        yield opened
+
+
+@pytest.mark.packaging
+def test_the_wheel_holds_only_wingsmith(wheel: zipfile.ZipFile) -> None:
+    top = {name.split("/")[0] for name in wheel.namelist()}
+    [dist_info] = [name for name in top if name.endswith(".dist-info")]
+    assert top == {"wingsmith", dist_info}, top
+    assert dist_info.startswith("wingsmith-")
+
+
+@pytest.mark.packaging
+def test_the_linked_folders_are_in_the_wheel_as_files(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for module in [
+        "wingsmith/__main__.py",
+        "wingsmith/py.typed",
+        "wingsmith/domain/deployment.py",
+        "wingsmith/projections/render.py",
+        "wingsmith/adapters/store.py",
+        "wingsmith/services/hub/service.py",
+        "wingsmith/services/operator/backends/simulated.py",
+        "wingsmith/services/cli/main.py",
+    ]:
+        assert module in names, module
+
+
+@pytest.mark.packaging
+def test_the_wheel_carries_the_license(wheel: zipfile.ZipFile) -> None:
+    [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    text = wheel.read(metadata).decode()
+    assert "License-Expression: Apache-2.0" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
