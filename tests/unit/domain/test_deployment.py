@@ -159,7 +159,7 @@ def test_promotion_refuses_drift_unless_forced() -> None:
     assert refused.value.details["imported_args"] == ["--max-model-len", "8192"]
     assert d.authority is Authority.OBSERVED
     d.promote_authority(plane(), force=True)
-    assert d.authority is Authority.MANAGED  # type: ignore[comparison-overlap]
+    assert d.authority is Authority.MANAGED
 
 
 def test_promotion_with_matching_args_is_one_event_and_then_a_no_op() -> None:
@@ -282,7 +282,7 @@ def test_the_phase_follows_live_replicas_only_once_admitted() -> None:
 
 
 def status(phase: ClusterPhase, ready: int, **kw: object) -> DeploymentStatus:
-    return DeploymentStatus(phase=phase, ready_replicas=ready, desired_replicas=2, **kw)  # type: ignore[arg-type]
+    return DeploymentStatus(phase=phase, ready_replicas=ready, desired_replicas=2, **kw)
 
 
 def test_a_status_moves_the_phase_only_when_it_is_news() -> None:
