@@ -37,7 +37,7 @@ def inspect_dgd(parser: argparse.ArgumentParser) -> None:
 
 
 async def _inspect_dgd(args: argparse.Namespace) -> int:
-    manifest = inspect.load_manifest(Path(args.file).read_text())
+    manifest = inspect.load_manifest(Path(args.file).read_text())  # noqa: ASYNC240 - the command runs alone
     summary = inspect.inspect_dgd(manifest).summary()
     print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     return 0
