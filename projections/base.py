@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, cast
+
+from typing_extensions import TypeVar
 
 Envelope = Mapping[str, Any]
 View = dict[str, Any]
+# the document each of a projection's views is (domain/contracts/views.py)
+V = TypeVar("V", default=View)
 Keys = Iterable[str]  # the keys of the views an event changed
 Handler = Callable[[Any, str, Mapping[str, Any]], Keys]
 
@@ -27,7 +31,7 @@ def handles(*event_types: str) -> Callable[[Handler], Handler]:
     return mark
 
 
-class Projection:
+class Projection(Generic[V]):
     """Views by key, plus whatever private state the fold needs. The position reached belongs
     to the `Fold` that feeds it."""
 
@@ -43,9 +47,9 @@ class Projection:
         }
 
     def __init__(self) -> None:
-        self.views: dict[str, View] = {}
+        self.views: dict[str, V] = {}
 
-    def view(self, key: str) -> View | None:
+    def view(self, key: str) -> V | None:
         return self.views.get(key)
 
     def update(self, key: str, **fields: Any) -> Keys:
@@ -53,7 +57,7 @@ class Projection:
         view = self.views.get(key)
         if view is None:
             return ()
-        view.update(fields)
+        cast(View, view).update(fields)  # a view document is a dict
         return (key,)
 
     def state(self) -> dict[str, Any]:

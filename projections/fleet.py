@@ -6,8 +6,11 @@ replicas hold stay counted until they are seen terminated."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, TypeVar, cast
 
+from typing_extensions import TypedDict, Unpack
+
+from wingsmith.domain.contracts import views as v
 from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority
 from wingsmith.domain.discovery import DiscoveryState
 from wingsmith.projections.base import Keys, Projection, View, handles
@@ -21,6 +24,7 @@ RANK: dict[str, int] = {
     AdmissionPhase.RUNNING: 3,
 }
 JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
+Row = TypeVar("Row")  # the view document of an `_Allocations`
 
 
 def _first_phase(e: E) -> tuple[str, str | None]:
@@ -48,16 +52,16 @@ def workload_phase(phases: Iterable[str]) -> str:
     return min(phases, key=RANK.__getitem__)
 
 
-class WorkloadPhase(Projection):
+class WorkloadPhase(Projection[v.WorkloadPhaseView]):
     """Key: workload id. The workload's phase with each deployment's phase beside it."""
 
-    name = "workload_phase"
+    name = v.WORKLOAD_PHASE.name
 
     def __init__(self) -> None:
         super().__init__()
         self.workload_of: dict[str, str] = {}
 
-    def _view(self, workload_id: str) -> View:
+    def _view(self, workload_id: str) -> v.WorkloadPhaseView:
         view = self.views.get(workload_id)
         if view is None:
             view = self.views[workload_id] = {
@@ -108,7 +112,7 @@ class WorkloadPhase(Projection):
         return (workload_id,)
 
 
-class _Allocations(Projection):
+class _Allocations(Projection[Row]):
     """Shared bookkeeping: which deployment is where, and how many devices each live replica
     holds. Subclasses say what a replica taking or releasing devices changes (`_held`)."""
 
@@ -156,12 +160,12 @@ class _Allocations(Projection):
         return ()
 
 
-class Capacity(_Allocations):
+class Capacity(_Allocations[v.CapacityRow]):
     """Key: `<cluster>.<device class>`. Devices in live allocations are allocated, never free;
     a deployment reserves what admission granted it and its replicas do not hold yet. During a
     rollout the grant covers the old generation and the new one together."""
 
-    name = "capacity"
+    name = v.CAPACITY.name
 
     def __init__(self) -> None:
         super().__init__()
@@ -180,7 +184,7 @@ class Capacity(_Allocations):
         self.deployments[deployment_id]["granted"] = 0
         return self._deployment_changed(deployment_id)
 
-    def _row(self, cluster_id: str, device_class: str) -> tuple[str, View]:
+    def _row(self, cluster_id: str, device_class: str) -> tuple[str, v.CapacityRow]:
         key = f"{cluster_id}.{device_class}"
         row = self.views.get(key)
         if row is None:
@@ -227,17 +231,17 @@ class Capacity(_Allocations):
         return (self._free(key, row),)
 
     @staticmethod
-    def _free(key: str, row: View) -> str:
+    def _free(key: str, row: v.CapacityRow) -> str:
         row["free"] = max(row["total"] - row["allocated"] - row["reserved"], 0)
         return key
 
 
-class QuotaUse(_Allocations):
+class QuotaUse(_Allocations[v.QuotaUseRow]):
     """Key: `<project>.<device class>`. Use is counted from live allocations."""
 
-    name = "quota_use"
+    name = v.QUOTA_USE.name
 
-    def _row(self, project: str, device_class: str) -> tuple[str, View]:
+    def _row(self, project: str, device_class: str) -> tuple[str, v.QuotaUseRow]:
         key = f"{project}.{device_class}"
         row = self.views.get(key)
         if row is None:
@@ -264,18 +268,39 @@ class QuotaUse(_Allocations):
         return (self._available(row, key),)
 
     @staticmethod
-    def _available(row: View, key: str) -> str:
+    def _available(row: v.QuotaUseRow, key: str) -> str:
         row["available"] = row["quota"] - row["used"]
         return key
 
 
-class DeploymentHealth(Projection):
+class AdmissionDetails(TypedDict, total=False):
+    evidence: dict[str, int]
+    message: str
+
+
+# the fields of a deployment's health that its events set one by one
+HealthField = Literal[
+    "desired_replicas",
+    "enabled",
+    "status",
+    "live_digests",
+    "generation",
+    "serving_digest",
+    "authority",
+    "engine_args",
+    "imported_args",
+    "stale",
+    "admission",
+]
+
+
+class DeploymentHealth(Projection[v.DeploymentHealthView]):
     """Key: deployment id. Desired against ready replicas, the cluster's status (null until the
     cluster reports), live digests, drift for observed deployments, and the admission phase with
     its reason and evidence (why a deployment is pending, as of any time). While its cluster is
     unreachable a deployment keeps its last status, flagged `stale`."""
 
-    name = "deployment_health"
+    name = v.DEPLOYMENT_HEALTH.name
 
     def __init__(self) -> None:
         super().__init__()
@@ -327,7 +352,9 @@ class DeploymentHealth(Projection):
         return changed
 
     @staticmethod
-    def _admission(phase: str, reason: str | None, e: E, **details: Any) -> dict[str, Any]:
+    def _admission(
+        phase: str, reason: str | None, e: E, **details: Unpack[AdmissionDetails]
+    ) -> v.Admission:
         return {"phase": phase, "reason": reason, "since": e["timestamp"], **details}
 
     @handles("AdmissionDecided")
@@ -359,7 +386,7 @@ class DeploymentHealth(Projection):
             self.on_cluster[view["cluster_id"]].remove(deployment_id)
         return (deployment_id,)
 
-    def _set(self, deployment_id: str, field: str, value: Any) -> Keys:
+    def _set(self, deployment_id: str, field: HealthField, value: Any) -> Keys:
         view = self.views.get(deployment_id)
         if view is None:
             return ()
@@ -435,40 +462,41 @@ class DeploymentHealth(Projection):
         return (deployment_id,)
 
     @staticmethod
-    def _judge(v: View) -> None:
-        v["degraded"] = v["enabled"] and v["ready_replicas"] < v["desired_replicas"]
+    def _judge(d: v.DeploymentHealthView) -> None:
+        d["degraded"] = d["enabled"] and d["ready_replicas"] < d["desired_replicas"]
         observed_drift = (
-            v["authority"] == Authority.OBSERVED
-            and v["imported_args"] is not None
-            and v["imported_args"] != v["engine_args"]
+            d["authority"] == Authority.OBSERVED
+            and d["imported_args"] is not None
+            and d["imported_args"] != d["engine_args"]
         )
-        v["drift"] = (
-            {"engine_args": v["engine_args"], "imported_args": v["imported_args"]}
+        d["drift"] = (
+            {"engine_args": d["engine_args"], "imported_args": d["imported_args"]}
             if observed_drift
             else None
         )
 
 
-class Discovered(Projection):
+class Discovered(Projection[v.DiscoveredView]):
     """Key: discovery id. Every sighting with its state; `listed` leaves out ignored ones."""
 
-    name = "discovered"
+    name = v.DISCOVERED.name
 
     @handles("DiscoverySighted")
     def _sighted(self, discovery_id: str, e: E) -> Keys:
+        sighting: v.Sighting = e["sighting"]
         self.views[discovery_id] = {
             "discovery_id": discovery_id,
             "cluster_id": e["cluster_id"],
             "state": DiscoveryState.SIGHTED,
             "workload_id": None,
             "present": True,
-            **e["sighting"],
+            **sighting,
         }
         return (discovery_id,)
 
     @handles("DiscoveryResighted")
     def _resighted(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id].update(e["sighting"], present=True)
+        cast(View, self.views[discovery_id]).update(e["sighting"], present=True)
         return (discovery_id,)
 
     @handles("DiscoveryVanished")
@@ -488,23 +516,25 @@ class Discovered(Projection):
 
     @handles("DiscoveryPromoted")
     def _promoted(self, discovery_id: str, e: E) -> Keys:
-        self.views[discovery_id].update(state=DiscoveryState.PROMOTED, workload_id=e["workload_id"])
+        self.views[discovery_id].update(
+            {"state": DiscoveryState.PROMOTED, "workload_id": e["workload_id"]}
+        )
         return (discovery_id,)
 
-    def listed(self, *, include_ignored: bool = False) -> list[View]:
+    def listed(self, *, include_ignored: bool = False) -> list[v.DiscoveredView]:
         return [
-            v
-            for v in self.views.values()
-            if include_ignored or v["state"] != DiscoveryState.IGNORED
+            d
+            for d in self.views.values()
+            if include_ignored or d["state"] != DiscoveryState.IGNORED
         ]
 
 
-class Allocations(_Allocations):
+class Allocations(_Allocations[v.AllocationView]):
     """Key: replica id. A live replica: its pod name, which devices it holds, on which node
     and in which topology domain, whether it is ready, and the serving configuration and engine
     version it runs. A terminated replica's view is removed."""
 
-    name = "allocations"
+    name = v.ALLOCATIONS.name
 
     def __init__(self) -> None:
         super().__init__()
@@ -576,12 +606,12 @@ class Allocations(_Allocations):
         return changed
 
 
-class Workloads(Projection):
+class Workloads(Projection[v.WorkloadView]):
     """Key: workload id. A workload as declared: what it serves, where it may go, the
     deployment it has on each cluster, and why placement found nowhere to go (null once it
     did). For listing and reading workloads without the event store."""
 
-    name = "workloads"
+    name = v.WORKLOADS.name
 
     @handles("WorkloadCreated")
     def _created(self, workload_id: str, e: E) -> Keys:
@@ -631,11 +661,11 @@ class Workloads(Projection):
         return self.update(workload_id, **fields, updated_at=e["timestamp"])
 
 
-class Clusters(Projection):
+class Clusters(Projection[v.ClusterView]):
     """Key: cluster id. A cluster as registered, whether it is reachable, the operator last
     heard from, and its inventory in sum: how many nodes, and devices per class."""
 
-    name = "clusters"
+    name = v.CLUSTERS.name
 
     @handles("ClusterRegistered")
     def _registered(self, cluster_id: str, e: E) -> Keys:
@@ -668,7 +698,7 @@ class Clusters(Projection):
         return self.update(cluster_id, operator=dict(e["operator"]))
 
 
-PROJECTIONS: tuple[type[Projection], ...] = (
+PROJECTIONS: tuple[type[Projection[Any]], ...] = (
     WorkloadPhase,
     Capacity,
     QuotaUse,

@@ -1,0 +1,322 @@
+"""The view documents: what each projection publishes, and what the REST API composes of them.
+
+The projector writes these (projections/fleet.py), the API mirrors and serves them
+(services/api), and the command line prints them (services/cli/client.py); all three name the
+same types here, so a field renamed on one side is a type error on the others. They are
+TypedDicts: a view is built and changed inside the projector's fold, where a model would cost
+every event a validation, while the API still derives its OpenAPI schemas from them.
+
+Phases, states and authorities are typed `str`: a `StrEnum` member is one, and JSON carries
+its value. Timestamps are ISO 8601 strings, as the events carry them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, NotRequired, TypeVar
+
+from typing_extensions import TypedDict
+
+# Projection views: one per key, published on wingsmith.proj.<projection>.<key>
+
+
+class WorkloadPhaseView(TypedDict):
+    """`workload_phase`, by workload id: its phase, and each deployment's beside it."""
+
+    workload_id: str
+    phase: str
+    deployments: dict[str, str]  # deployment id -> admission phase
+
+
+class CapacityRow(TypedDict):
+    """`capacity`, by `<cluster>.<device class>`: devices total, held by live replicas,
+    reserved by admission for replicas still to start, and free."""
+
+    cluster_id: str
+    device_class: str
+    total: int
+    allocated: int
+    reserved: int
+    free: int
+
+
+class QuotaUseRow(TypedDict):
+    """`quota_use`, by `<project>.<device class>`: the quota, what live replicas hold, and
+    what is left (negative when a quota is lowered below use)."""
+
+    project: str
+    device_class: str
+    quota: int
+    used: int
+    available: int
+
+
+class Admission(TypedDict):
+    """Where admission has a deployment, why, and since when; `evidence` (the numbers it
+    decided on) after a decision, `message` after a failure."""
+
+    phase: str
+    reason: str | None
+    since: str
+    evidence: NotRequired[dict[str, int]]
+    message: NotRequired[str]
+
+
+class ClusterStatus(TypedDict):
+    """What the cluster last said of a deployment."""
+
+    phase: str
+    reason: str | None
+    message: str | None
+    ready_replicas: int
+    desired_replicas: int
+
+
+class Drift(TypedDict):
+    """An observed deployment whose engine runs with other arguments than declared."""
+
+    engine_args: list[str]
+    imported_args: list[str] | None  # never null here; typed so to match the view's field
+
+
+class DeploymentHealthView(TypedDict):
+    """`deployment_health`, by deployment id: the plane's declaration beside the cluster's
+    answer; `stale` while the cluster is unreachable."""
+
+    deployment_id: str
+    workload_id: str
+    cluster_id: str
+    desired_replicas: int
+    ready_replicas: int
+    enabled: bool
+    degraded: bool
+    status: ClusterStatus | None
+    live_digests: dict[str, int]  # serving digest -> ready replicas running it
+    authority: str
+    generation: int
+    serving_digest: str
+    engine_args: list[str]
+    imported_args: list[str] | None
+    drift: Drift | None
+    stale: bool
+    admission: Admission
+
+
+class DiscoveredComponent(TypedDict):
+    name: str
+    role: str
+    replicas: int
+    gpus_per_replica: int
+    imported_args: list[str]
+
+
+class Sighting(TypedDict):
+    """What an operator saw of a DynamoGraphDeployment (domain/discovery.py `Sighting`)."""
+
+    namespace: str
+    name: str
+    api_version: str
+    backend: str | None
+    components: list[DiscoveredComponent]
+    model: NotRequired[str | None]
+    image: NotRequired[str | None]
+    engine_version: NotRequired[str | None]
+    tensor_parallel: NotRequired[int | None]
+
+
+class DiscoveredView(Sighting):
+    """`discovered`, by discovery id: the sighting as last reported, what was decided about
+    it, and whether it still exists on the cluster."""
+
+    discovery_id: str
+    cluster_id: str
+    state: str
+    workload_id: str | None  # once promoted
+    present: bool
+
+
+class AllocationView(TypedDict):
+    """`allocations`, by replica id: a live replica, the devices it holds and where."""
+
+    replica_id: str
+    deployment_id: str
+    cluster_id: str
+    name: str
+    node_id: str
+    device_ids: list[str]
+    topology_domain: str | None
+    ready: bool
+    serving_digest: str
+    engine_version: str
+
+
+class WorkloadView(TypedDict):
+    """`workloads`, by workload id: the workload as declared, its deployment on each cluster,
+    and why placement found nowhere to go (null once it did)."""
+
+    workload_id: str
+    project: str
+    device_class: str
+    replicas: int
+    serving: dict[str, Any]  # a ServingConfig (domain/values.py), every field given
+    serving_digest: str
+    cluster: str | None  # pinned to
+    clusters: list[str] | None  # allowed
+    engine_args: list[str]
+    deployments: dict[str, str]  # cluster id -> deployment id
+    unplaced: str | None
+    created_at: str
+    updated_at: str
+
+
+class OperatorDocument(TypedDict):
+    """The operator a cluster last heard from."""
+
+    instance: str
+    version: str
+    read_only: bool
+    simulated: bool
+
+
+class ClusterView(TypedDict):
+    """`clusters`, by cluster id: the cluster as registered, whether it is reachable, its
+    operator, and its inventory in sum."""
+
+    cluster_id: str
+    region: str | None
+    labels: dict[str, str]
+    reachable: bool
+    operator: OperatorDocument | None
+    nodes: int
+    devices: dict[str, int]  # device class -> devices
+    registered_at: str
+
+
+D = TypeVar("D")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind(Generic[D]):
+    """A projection's name, typed by the document its views are."""
+
+    name: str
+
+
+WORKLOAD_PHASE: Kind[WorkloadPhaseView] = Kind("workload_phase")
+CAPACITY: Kind[CapacityRow] = Kind("capacity")
+QUOTA_USE: Kind[QuotaUseRow] = Kind("quota_use")
+DEPLOYMENT_HEALTH: Kind[DeploymentHealthView] = Kind("deployment_health")
+DISCOVERED: Kind[DiscoveredView] = Kind("discovered")
+ALLOCATIONS: Kind[AllocationView] = Kind("allocations")
+WORKLOADS: Kind[WorkloadView] = Kind("workloads")
+CLUSTERS: Kind[ClusterView] = Kind("clusters")
+
+
+# REST resources: the API composes these from the views above
+
+
+class Placement(TypedDict):
+    """One of a workload's deployments, as the workload shows it (nulls until its views have
+    it)."""
+
+    deployment_id: str
+    cluster_id: str | None
+    admission_phase: str | None
+    admission_reason: str | None
+    desired_replicas: int | None
+    ready_replicas: int | None
+    live_digests: dict[str, int]
+
+
+class Workload(TypedDict):
+    """`/v1/workloads/{ref}`: the workload as declared, its phase, and its deployments."""
+
+    workload_id: str
+    project: str
+    device_class: str
+    replicas: int
+    serving: dict[str, Any]
+    serving_digest: str
+    cluster: str | None
+    clusters: list[str] | None
+    engine_args: list[str]
+    deployments: list[Placement]
+    unplaced: str | None
+    created_at: str
+    updated_at: str
+    phase: str
+
+
+class Deployment(DeploymentHealthView):
+    """`/v1/deployments/{ref}`: the deployment's health, its admission phase and reason at the
+    top, and its live replicas."""
+
+    admission_phase: str
+    admission_reason: str | None
+    replicas: list[AllocationView]
+
+
+class Cluster(ClusterView):
+    """`/v1/clusters/{ref}`: the cluster with its capacity per device class."""
+
+    capacity: list[CapacityRow]
+
+
+class Project(TypedDict):
+    """`/v1/projects/{project}`: quota and use per device class."""
+
+    project: str
+    quotas: list[QuotaUseRow]
+
+
+class WorkloadList(TypedDict):
+    workloads: list[Workload]
+
+
+class DeploymentList(TypedDict):
+    deployments: list[Deployment]
+
+
+class DiscoveredList(TypedDict):
+    discovered: list[DiscoveredView]
+
+
+class ProjectList(TypedDict):
+    projects: list[Project]
+
+
+class ClusterList(TypedDict):
+    clusters: list[Cluster]
+
+
+class CapacityList(TypedDict):
+    capacity: list[CapacityRow]
+
+
+class Change(TypedDict):
+    before: Any
+    after: Any
+
+
+class AuditEntry(TypedDict):
+    """One event of `/v1/events`: the fields it changed, the command that caused it, and its
+    stream sequence (`seq`)."""
+
+    position: int
+    timestamp: str
+    aggregate: str
+    aggregate_id: str
+    version: int
+    type: str
+    changes: dict[str, Change]
+    command_id: str
+    correlation_id: str
+    seq: int
+
+
+class AuditPage(TypedDict):
+    """`/v1/events`: entries oldest first; `next` is the `since` of the next page (null:
+    none)."""
+
+    events: list[AuditEntry]
+    next: int | None
