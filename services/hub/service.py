@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import orjson
 from pydantic import ValidationError
@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from wingsmith.adapters.store import Conflict, EventStore, Notification, StoreThread
 from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
+from wingsmith.domain.contracts.replies import Done, EventRef, Refused, Result
 from wingsmith.domain.receipt import CommandReceipt
 from wingsmith.services.hub.backpressure import Backpressure
 from wingsmith.services.hub.handlers import HANDLERS
@@ -51,17 +52,15 @@ class Publisher(Protocol):
 
 
 def error_reply(code: str, message: str, **details: Any) -> bytes:
-    error = {"code": code, "message": message, "details": details}
-    return orjson.dumps({"ok": False, "error": error})
+    reply: Refused = {"ok": False, "error": {"code": code, "message": message, "details": details}}
+    return orjson.dumps(reply)
 
 
-def _ok_reply(
-    result: dict[str, Any], *, duplicate: bool = False, position: int | None = None
-) -> bytes:
+def _ok_reply(result: Result, *, duplicate: bool = False, position: int | None = None) -> bytes:
     """`position`: where the command's last event is in the store, so a reader of the views
     can wait until they reflect it; none when it recorded none, or when the hub no longer knows
     (a resend answered from a receipt stored before this hub started)."""
-    reply: dict[str, Any] = {"ok": True, "result": result}
+    reply: Done = {"ok": True, "result": result}
     if duplicate:
         reply["duplicate"] = True
     if position is not None:
@@ -282,7 +281,7 @@ class UnitOfWork:
 @dataclass(slots=True)
 class Outcome:
     reply: bytes  # empty when handled: the reply is made once saved, with the position
-    receipt: tuple[str, dict[str, Any]] | None = None  # (payload digest, result) to remember
+    receipt: tuple[str, Result] | None = None  # (payload digest, result) to remember
     digest: str = ""  # of the command decided
 
 
@@ -395,7 +394,9 @@ class Executor:
             cause, subject=sub.command.subject, payload_digest=sub.digest, result=result
         )
         uow.add(receipt)
-        return Outcome(b"", (sub.digest, result))
+        # the handlers' results are loose dicts (services/hub/handlers.py); `Result` names
+        # every key they give
+        return Outcome(b"", (sub.digest, cast(Result, result)))
 
     def _known(self, sub: Submission) -> bytes | None:
         remembered = self.receipts.get(sub.command.command_id)
@@ -463,7 +464,7 @@ def busy_reply(retry_after: float, why: str) -> bytes:
     return error_reply("busy", f"{why}; nothing was saved; retry in {ms} ms", retry_after_ms=ms)
 
 
-def _event_ref(event: Event) -> dict[str, Any]:
+def _event_ref(event: Event) -> EventRef:
     kind, key = split_id(event.originator_id)
     return {
         "aggregate": kind,

@@ -10,9 +10,11 @@ import pytest
 from nats.aio.client import Client
 
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain.contracts.replies import Reply
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
 
+from ..schemas import check
 from .conftest import LLAMA, seed_deployment, send, send_until_answered, stream_ids, wait_for
 
 
@@ -204,6 +206,25 @@ async def test_bad_input_is_refused_naming_the_field_and_nothing_is_stored(
         assert field in fields, reply
         assert field in reply["error"]["message"] or details.get("field") == field
     assert stored(hub) == before
+
+
+async def test_every_reply_is_what_the_replies_contract_says(hub: Hub, client: Client) -> None:
+    """Answers, resends and refusals: each exactly a `Reply` (domain/contracts/replies.py)."""
+    deployment = await seed_deployment(client)
+    args = {"command_id": "c-1", "deployment_id": deployment, "engine_args": ["--enforce-eager"]}
+    sent = [
+        ("deployment.set_engine_args", args),
+        ("deployment.set_engine_args", args),  # a resend
+        ("deployment.set_engine_args", args | {"engine_args": []}),  # its command_id reused
+        ("deployment.set_engine_args", {"command_id": "c-2"}),  # invalid
+        ("deployment.enable", {"command_id": "c-3", "deployment_id": "nowhere--east"}),
+        ("workload.delete", {"command_id": "c-4", "workload_id": "llama"}),
+    ]
+    replies = [await send(client, verb, body) for verb, body in sent]
+    assert [r["ok"] for r in replies] == [True, True, False, False, False, True], replies
+    assert replies[1]["duplicate"] is True
+    for reply in replies:
+        check(Reply, reply)
 
 
 async def test_unknown_cluster_pin_is_refused(hub: Hub, client: Client) -> None:
