@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wingsmith.domain.contracts import views as v
 from wingsmith.projections.base import Envelope
 
 METADATA = ("timestamp", "command_id", "correlation_id")
@@ -34,7 +35,7 @@ class Entry:
     command_id: str
     correlation_id: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> v.TimelineEntry:
         return {
             "position": self.position,
             "timestamp": self.timestamp,

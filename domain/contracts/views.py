@@ -298,9 +298,9 @@ class Change(TypedDict):
     after: Any
 
 
-class AuditEntry(TypedDict):
-    """One event of `/v1/events`: the fields it changed, the command that caused it, and its
-    stream sequence (`seq`)."""
+class TimelineEntry(TypedDict):
+    """One event of an audit timeline (projections/audit.py): the fields it changed (nested
+    ones by dotted name), and the command that caused it."""
 
     position: int
     timestamp: str
@@ -311,6 +311,11 @@ class AuditEntry(TypedDict):
     changes: dict[str, Change]
     command_id: str
     correlation_id: str
+
+
+class AuditEntry(TimelineEntry):
+    """One event of `/v1/events`, with its stream sequence."""
+
     seq: int
 
 

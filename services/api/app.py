@@ -180,8 +180,10 @@ def _install_openapi(app: FastAPI) -> None:
         }
         for operations in schema["paths"].values():
             for operation in operations.values():
-                operation["responses"].pop("422", None)
-                operation["responses"]["default"] = problem
+                responses = operation["responses"]
+                if "HTTPValidationError" in str(responses.get("422")):  # FastAPI's, not ours
+                    del responses["422"]
+                responses["default"] = problem
         app.openapi_schema = schema
         return schema
 

@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
-from typing import Any
 
 import orjson
 
 from wingsmith.adapters import nats_bus
 from wingsmith.domain import subjects
 from wingsmith.domain.commands import Command
+from wingsmith.domain.contracts.replies import Done, Refused, Reply
 from wingsmith.projections.base import View
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,12 @@ class Views:
         else:
             views[key] = orjson.loads(message.data)
         self.seq = message.seq
+
+
+class Answered(Done):
+    """The hub's `Done`, and whether the views include what the command did."""
+
+    consistent: bool
 
 
 class Gateway:
@@ -120,7 +126,7 @@ class Gateway:
         self._advanced.set()
         self._advanced = asyncio.Event()
 
-    async def send(self, command: Command) -> dict[str, Any]:
+    async def send(self, command: Command) -> Answered | Refused:
         """The hub's reply to `command`. A successful one says whether the views include its
         effects (`consistent`): it is false when they did not within the timeout, or when the
         hub cannot say where its events are (a resend answered from an old receipt)."""
@@ -128,12 +134,12 @@ class Gateway:
         raw = await nats_bus.request(
             self.nc, subject, command.model_dump_json().encode(), self.command_timeout
         )
-        reply: dict[str, Any] = orjson.loads(raw)
-        if reply.get("ok"):
-            position = reply.get("position")
-            unknown = position is None and reply["result"]["events"]
-            reply["consistent"] = not unknown and await self.caught_up(position)
-        return reply
+        reply: Reply = orjson.loads(raw)
+        if not reply["ok"]:
+            return reply
+        position = reply.get("position")
+        unknown = position is None and reply["result"]["events"]
+        return {**reply, "consistent": not unknown and await self.caught_up(position)}
 
     async def caught_up(self, position: int | None) -> bool:
         """Wait until the projector has folded `position` and this mirror has every view change

@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from wingsmith.domain.contracts.replies import HubError
+
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://wingsmith.dev/problems/"
 
@@ -91,7 +93,7 @@ class Problem(Exception):
         return self.details | body  # a detail never hides a member of the problem itself
 
     @classmethod
-    def from_hub(cls, error: dict[str, Any], renamed: Mapping[str, str]) -> Problem:
+    def from_hub(cls, error: HubError, renamed: Mapping[str, str]) -> Problem:
         """The hub's error reply as a problem; `renamed` gives command fields the name the
         request used for them (a path parameter, say)."""
         details = dict(error.get("details") or {})

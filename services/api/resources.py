@@ -7,20 +7,31 @@ listing them, so the caller can use an id instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
+from wingsmith.domain.contracts import views as v
 from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.domain.discovery import DiscoveryState
 from wingsmith.domain.values import is_name
-from wingsmith.projections.base import View
 from wingsmith.services.api.problems import Problem
+
+D = TypeVar("D", bound=Mapping[str, Any])  # a view document
 
 
 class Views(Protocol):
-    def get(self, projection: str, key: str) -> View | None: ...
+    def get(self, projection: str, key: str) -> Mapping[str, Any] | None: ...
 
-    def all(self, projection: str) -> Iterable[View]: ...
+    def all(self, projection: str) -> Iterable[Mapping[str, Any]]: ...
+
+
+def _get(views: Views, kind: v.Kind[D], key: str) -> D | None:
+    """One view, as the document its projection publishes (the mirror holds them as read)."""
+    return cast("D | None", views.get(kind.name, key))
+
+
+def _all(views: Views, kind: v.Kind[D]) -> Iterable[D]:
+    return cast("Iterable[D]", views.all(kind.name))
 
 
 def _one(kind: str, ref: str, matches: list[str]) -> str:
@@ -39,74 +50,74 @@ def _one(kind: str, ref: str, matches: list[str]) -> str:
 def workload_id(views: Views, ref: str) -> str:
     """A workload's id is its name. One the views do not have yet (another API process has
     just created it) is still tried: the hub has the last word."""
-    return _one("workload", ref, [ref] if views.get("workloads", ref) or is_name(ref) else [])
+    return _one("workload", ref, [ref] if _get(views, v.WORKLOADS, ref) or is_name(ref) else [])
 
 
 def deployment_id(views: Views, ref: str) -> str:
     """`<workload>--<cluster>` (the id), `<workload>/<cluster>` or `<workload>@<cluster>`, or a
     workload's name when it has one deployment."""
-    if views.get("deployment_health", ref):
+    if _get(views, v.DEPLOYMENT_HEALTH, ref):
         return ref
     for separator in ("/", "@"):
         workload, found, cluster = ref.partition(separator)
         key = f"{workload}--{cluster}"
-        if found and views.get("deployment_health", key):
+        if found and _get(views, v.DEPLOYMENT_HEALTH, key):
             return key
-    parent = views.get("workloads", ref)
+    parent = _get(views, v.WORKLOADS, ref)
     return _one("deployment", ref, sorted(parent["deployments"].values()) if parent else [])
 
 
 def discovery_id(views: Views, ref: str) -> str:
     """The id (`<cluster>--<namespace>--<name>`), or the DynamoGraphDeployment's name, as
     `<name>`, `<namespace>/<name>` or `<cluster>/<namespace>/<name>`."""
-    if views.get("discovered", ref):
+    if _get(views, v.DISCOVERED, ref):
         return ref
-    matches = [v["discovery_id"] for v in views.all("discovered") if ref in _names(v)]
+    matches = [d["discovery_id"] for d in _all(views, v.DISCOVERED) if ref in _names(d)]
     return _one("discovered model", ref, matches)
 
 
-def sighting(views: Views, key: str) -> View:
-    view = views.get("discovered", key)
+def sighting(views: Views, key: str) -> v.DiscoveredView:
+    view = _get(views, v.DISCOVERED, key)
     if view is None:
         raise Problem("not_found", f"no discovered model {key!r}", field="ref")
     return view
 
 
-def _names(v: View) -> tuple[str, ...]:
-    name, namespace = v["name"], v["namespace"]
-    return (name, f"{namespace}/{name}", f"{v['cluster_id']}/{namespace}/{name}")
+def _names(d: v.DiscoveredView) -> tuple[str, ...]:
+    name, namespace = d["name"], d["namespace"]
+    return (name, f"{namespace}/{name}", f"{d['cluster_id']}/{namespace}/{name}")
 
 
-def cluster(views: Views, ref: str) -> dict[str, Any]:
+def cluster(views: Views, ref: str) -> v.Cluster:
     """A cluster with its capacity per device class."""
-    view = views.get("clusters", ref)
+    view = _get(views, v.CLUSTERS, ref)
     if view is None:
         raise Problem("not_found", f"no cluster {ref!r}", field="ref")
-    return view | {"capacity": capacity(views, cluster=ref)}
+    return {**view, "capacity": capacity(views, cluster=ref)}
 
 
 def capacity(
     views: Views, *, cluster: str | None = None, device_class: str | None = None
-) -> list[View]:
+) -> list[v.CapacityRow]:
     """Devices per cluster and class: total, allocated, reserved by admission, free."""
     rows = [
         row
-        for row in views.all("capacity")
+        for row in _all(views, v.CAPACITY)
         if cluster in (None, row["cluster_id"]) and device_class in (None, row["device_class"])
     ]
     return sorted(rows, key=lambda row: (row["cluster_id"], row["device_class"]))
 
 
-def clusters(views: Views) -> list[dict[str, Any]]:
+def clusters(views: Views) -> list[v.Cluster]:
     """Every cluster with its capacity (one pass over the capacity rows)."""
-    rows = _grouped(views.all("capacity"), "cluster_id", "device_class")
+    rows = _grouped(_all(views, v.CAPACITY), "cluster_id", "device_class")
     return [
-        v | {"capacity": rows.get(v["cluster_id"], [])}
-        for v in _sorted(views.all("clusters"), "cluster_id")
+        {**c, "capacity": rows.get(c["cluster_id"], [])}
+        for c in _sorted(_all(views, v.CLUSTERS), "cluster_id")
     ]
 
 
-def project(views: Views, name: str) -> dict[str, Any]:
+def project(views: Views, name: str) -> v.Project:
     """A project's quota and use per device class."""
     found = [p for p in projects(views) if p["project"] == name]
     if not found:
@@ -116,33 +127,36 @@ def project(views: Views, name: str) -> dict[str, Any]:
     return found[0]
 
 
-def projects(views: Views) -> list[dict[str, Any]]:
-    rows = _grouped(views.all("quota_use"), "project", "device_class")
+def projects(views: Views) -> list[v.Project]:
+    rows = _grouped(_all(views, v.QUOTA_USE), "project", "device_class")
     return [{"project": name, "quotas": quotas} for name, quotas in sorted(rows.items())]
 
 
-def replicas_by_deployment(views: Views) -> dict[str, list[View]]:
-    return _grouped(views.all("allocations"), "deployment_id", "replica_id")
+def replicas_by_deployment(views: Views) -> dict[str, list[v.AllocationView]]:
+    return _grouped(_all(views, v.ALLOCATIONS), "deployment_id", "replica_id")
 
 
-def _grouped(rows: Iterable[View], by: str, order: str) -> dict[str, list[View]]:
+def _grouped(rows: Iterable[D], by: str, order: str) -> dict[str, list[D]]:
     """Rows by the value of `by`, each group in `order`."""
-    grouped: dict[str, list[View]] = {}
+    grouped: dict[str, list[D]] = {}
     for row in _sorted(rows, order):
         grouped.setdefault(row[by], []).append(row)
     return grouped
 
 
-def deployment(views: Views, key: str, replicas: list[View] | None = None) -> dict[str, Any]:
+def deployment(
+    views: Views, key: str, replicas: list[v.AllocationView] | None = None
+) -> v.Deployment:
     """The plane's declaration and the cluster's answer for one deployment, with its replicas
     (found by scanning unless the caller grouped them already)."""
-    view = views.get("deployment_health", key)
+    view = _get(views, v.DEPLOYMENT_HEALTH, key)
     if view is None:
         raise Problem("not_found", f"no deployment {key!r}", field="ref")
     if replicas is None:
         replicas = replicas_by_deployment(views).get(key, [])
     admission = view["admission"]
-    return view | {
+    return {
+        **view,
         "admission_phase": admission["phase"],
         "admission_reason": admission["reason"],
         "replicas": replicas,
@@ -151,62 +165,74 @@ def deployment(views: Views, key: str, replicas: list[View] | None = None) -> di
 
 def deployments(
     views: Views, *, workload: str | None = None, cluster: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[v.Deployment]:
     grouped = replicas_by_deployment(views)
     return [
-        deployment(views, v["deployment_id"], grouped.get(v["deployment_id"], []))
-        for v in _sorted(views.all("deployment_health"), "deployment_id")
-        if workload in (None, v["workload_id"]) and cluster in (None, v["cluster_id"])
+        deployment(views, d["deployment_id"], grouped.get(d["deployment_id"], []))
+        for d in _sorted(_all(views, v.DEPLOYMENT_HEALTH), "deployment_id")
+        if workload in (None, d["workload_id"]) and cluster in (None, d["cluster_id"])
     ]
 
 
-def workload(views: Views, key: str) -> dict[str, Any]:
+def workload(views: Views, key: str) -> v.Workload:
     """The declared workload, its phase, and each deployment's place in it."""
-    view = views.get("workloads", key)
+    view = _get(views, v.WORKLOADS, key)
     if view is None:
         raise Problem("not_found", f"no workload {key!r}", field="ref")
-    phases = views.get("workload_phase", key) or {"phase": AdmissionPhase.PENDING}
-    return view | {
-        "phase": phases["phase"],
-        "deployments": [_placement(views, d) for d in sorted(view["deployments"].values())],
+    phases = _get(views, v.WORKLOAD_PHASE, key)
+    placements = [_placement(views, d) for d in sorted(view["deployments"].values())]
+    return {  # the declared deployments (by cluster) give way to their placements
+        **view,
+        "phase": AdmissionPhase.PENDING if phases is None else phases["phase"],
+        "deployments": placements,
     }
 
 
-def _placement(views: Views, key: str) -> dict[str, Any]:
-    health = views.get("deployment_health", key) or {}
-    admission = health.get("admission", {})
+def _placement(views: Views, key: str) -> v.Placement:
+    health = _get(views, v.DEPLOYMENT_HEALTH, key)
+    if health is None:  # the views do not show this deployment yet
+        return {
+            "deployment_id": key,
+            "cluster_id": None,
+            "admission_phase": None,
+            "admission_reason": None,
+            "desired_replicas": None,
+            "ready_replicas": None,
+            "live_digests": {},
+        }
+    admission = health["admission"]
     return {
         "deployment_id": key,
-        "cluster_id": health.get("cluster_id"),
-        "admission_phase": admission.get("phase"),
-        "admission_reason": admission.get("reason"),
-        "desired_replicas": health.get("desired_replicas"),
-        "ready_replicas": health.get("ready_replicas"),
-        "live_digests": health.get("live_digests", {}),
+        "cluster_id": health["cluster_id"],
+        "admission_phase": admission["phase"],
+        "admission_reason": admission["reason"],
+        "desired_replicas": health["desired_replicas"],
+        "ready_replicas": health["ready_replicas"],
+        "live_digests": health["live_digests"],
     }
 
 
 def workloads(
     views: Views, *, project: str | None = None, phase: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[v.Workload]:
     found = [
-        workload(views, v["workload_id"])
-        for v in _sorted(views.all("workloads"), "workload_id")
-        if project in (None, v["project"])
+        workload(views, w["workload_id"])
+        for w in _sorted(_all(views, v.WORKLOADS), "workload_id")
+        if project in (None, w["project"])
     ]
     return [w for w in found if phase in (None, w["phase"])]
 
 
 def discovered(
     views: Views, *, include_ignored: bool = False, cluster: str | None = None
-) -> list[View]:
+) -> list[v.DiscoveredView]:
     return [
-        v
-        for v in _sorted(views.all("discovered"), "discovery_id")
-        if (include_ignored or v["state"] != DiscoveryState.IGNORED)
-        and cluster in (None, v["cluster_id"])
+        d
+        for d in _sorted(_all(views, v.DISCOVERED), "discovery_id")
+        if (include_ignored or d["state"] != DiscoveryState.IGNORED)
+        and cluster in (None, d["cluster_id"])
     ]
 
 
-def _sorted(views: Iterable[View], key: str) -> list[View]:
-    return sorted(views, key=lambda v: str(v[key]))
+def _sorted(views: Iterable[D], key: str) -> list[D]:
+    return sorted(views, key=lambda d: str(d[key]))

@@ -21,12 +21,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from wingsmith.adapters import nats_bus
 from wingsmith.domain import commands as c
 from wingsmith.domain import subjects
+from wingsmith.domain.contracts import views as v
+from wingsmith.domain.contracts.replies import Accepted, Result
 from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.projections.audit import Timeline
 from wingsmith.services import wire
 from wingsmith.services.api import resources as r
-from wingsmith.services.api.gateway import Gateway, Views
-from wingsmith.services.api.problems import Problem
+from wingsmith.services.api.gateway import Answered, Gateway, Views
+from wingsmith.services.api.problems import PROBLEM_JSON, STATUS, Problem
 
 MAX_BODY = 64 * 1024
 HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")
@@ -94,6 +96,51 @@ READ = [Depends(_reader)]
 Writer = Annotated[str, Depends(_writer)]
 Ref = Annotated[str, Path(min_length=1, max_length=400, description="An id or a readable name")]
 
+# The problems (services/api/problems.py) each kind of endpoint may answer with; any other
+# status is described by the document's `default` response, a problem too (app.py).
+READ_PROBLEMS = (401, 422)
+REF_PROBLEMS = (*READ_PROBLEMS, 404)
+AMBIGUOUS_PROBLEMS = (*REF_PROBLEMS, 409)  # a readable name that fits several things
+WRITE_PROBLEMS = (400, 401, 403, 404, 409, 413, 415, 422, 503)
+
+
+def _problems(statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
+    schema = {"$ref": "#/components/schemas/ProblemDocument"}
+    return {
+        status: {
+            "description": "A problem: " + ", ".join(k for k, s in STATUS.items() if s == status),
+            "content": {PROBLEM_JSON: {"schema": schema}},
+        }
+        for status in sorted(statuses)
+    }
+
+
+def reads(document: Any, problems: tuple[int, ...] = READ_PROBLEMS) -> dict[str, Any]:
+    """What a read endpoint answers: `document`, or a problem. The handler returns the
+    document as the views hold it (no response model re-encodes it)."""
+    return {
+        "response_model": None,
+        "dependencies": READ,
+        "responses": {200: {"model": document, "description": "The resource"}}
+        | _problems(problems),
+    }
+
+
+def writes(
+    document: Any, status: int = 200, described: str = "The resource, changed", **others: Any
+) -> dict[str, Any]:
+    """What a write endpoint answers: `document` at `status` once the views show the command,
+    `202` with the hub's result when they do not yet, or a problem. `others`: more statuses
+    (as `_<status>`) and their documents."""
+    answers: dict[int | str, dict[str, Any]] = {
+        202: {"model": Accepted, "description": "Stored; the views do not show it yet"},
+        status: {"model": document, "description": described},
+    }
+    answers |= {int(k[1:]): {"model": m, "description": d} for k, (m, d) in others.items()}
+    answers |= _problems(WRITE_PROBLEMS)
+    return {"response_model": None, "status_code": status, "responses": answers}
+
+
 router = APIRouter(prefix="/v1")
 
 
@@ -113,7 +160,7 @@ async def _act(
     fields: Mapping[str, Any],
     body: type[BaseModel] | None = None,
     renamed: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Answered:
     """Send the command made of `fields`, the request's body and its headers; the hub's reply,
     or its refusal as a problem (`renamed` gives command fields their names in the path)."""
     values = dict(fields)
@@ -133,13 +180,13 @@ async def _act(
             f"{cmd.command_id}",
             details={"command_id": cmd.command_id},
         ) from None
-    if not reply.get("ok"):
+    if not reply["ok"]:
         raise Problem.from_hub(reply["error"], renamed or {})
     return reply
 
 
 def _answer(
-    reply: dict[str, Any], render: Callable[[], Any], status: int = 200, **headers: str
+    reply: Answered, render: Callable[[], Any], status: int = 200, **headers: str
 ) -> JSONResponse:
     """The resource as it now is; 202 with the hub's result when the views do not show the
     command yet (the change is stored either way)."""
@@ -147,7 +194,8 @@ def _answer(
         headers["Idempotent-Replayed"] = "true"
     headers["Wingsmith-Command-Id"] = reply["result"]["command_id"]
     if not reply["consistent"]:
-        return JSONResponse({"result": reply["result"], "consistent": False}, 202, headers)
+        accepted: Accepted = {"result": reply["result"], "consistent": False}
+        return JSONResponse(accepted, 202, headers)
     return JSONResponse(render(), status, headers)
 
 
@@ -196,7 +244,10 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 
 
 @router.post(
-    "/workloads", status_code=201, tags=["workloads"], openapi_extra=_body(CreateWorkloadBody)
+    "/workloads",
+    tags=["workloads"],
+    openapi_extra=_body(CreateWorkloadBody),
+    **writes(v.Workload, 201),
 )
 async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     """Declare a workload: placement spreads it over clusters (or it is pinned to one)."""
@@ -206,20 +257,25 @@ async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     return _answer(reply, render, 201, Location=f"/v1/workloads/{key}")
 
 
-@router.get("/workloads", tags=["workloads"], dependencies=READ)
+@router.get("/workloads", tags=["workloads"], **reads(v.WorkloadList))
 async def list_workloads(
     request: Request, project: str | None = None, phase: AdmissionPhase | None = None
-) -> dict[str, Any]:
+) -> v.WorkloadList:
     found = r.workloads(_views(request), project=project, phase=phase)
     return {"workloads": found}
 
 
-@router.get("/workloads/{ref}", tags=["workloads"], dependencies=READ)
-async def get_workload(request: Request, ref: Ref) -> dict[str, Any]:
+@router.get("/workloads/{ref}", tags=["workloads"], **reads(v.Workload, REF_PROBLEMS))
+async def get_workload(request: Request, ref: Ref) -> v.Workload:
     return r.workload(_views(request), r.workload_id(_views(request), ref))
 
 
-@router.post("/workloads/{ref}/scale", tags=["workloads"], openapi_extra=_body(ScaleBody))
+@router.post(
+    "/workloads/{ref}/scale",
+    tags=["workloads"],
+    openapi_extra=_body(ScaleBody),
+    **writes(v.Workload),
+)
 async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Change the workload's total replicas; its deployments' shares follow."""
     key = r.workload_id(_views(request), ref)
@@ -228,7 +284,12 @@ async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResp
     return _answer(reply, lambda: r.workload(_views(request), key))
 
 
-@router.put("/workloads/{ref}/serving", tags=["workloads"], openapi_extra=_body(ServingBody))
+@router.put(
+    "/workloads/{ref}/serving",
+    tags=["workloads"],
+    openapi_extra=_body(ServingBody),
+    **writes(v.Workload),
+)
 async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Serve the workload differently: every deployment rolls out a new generation."""
     key = r.workload_id(_views(request), ref)
@@ -237,7 +298,11 @@ async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResp
     return _answer(reply, lambda: r.workload(_views(request), key))
 
 
-@router.delete("/workloads/{ref}", status_code=202, tags=["workloads"])
+@router.delete(
+    "/workloads/{ref}",
+    tags=["workloads"],
+    **writes(Result | Accepted, 202, "The hub's result; wrapped while the views lag behind"),
+)
 async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Delete the workload and its deployments; the operators remove what they rendered. The
     answer is the hub's result: there is no resource left to show."""
@@ -250,16 +315,18 @@ async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONRes
 # Deployments
 
 
-@router.get("/deployments", tags=["deployments"], dependencies=READ)
+@router.get("/deployments", tags=["deployments"], **reads(v.DeploymentList))
 async def list_deployments(
     request: Request, workload: str | None = None, cluster: str | None = None
-) -> dict[str, Any]:
+) -> v.DeploymentList:
     found = r.deployments(_views(request), workload=workload, cluster=cluster)
     return {"deployments": found}
 
 
-@router.get("/deployments/{ref:path}", tags=["deployments"], dependencies=READ)
-async def get_deployment(request: Request, ref: Ref) -> dict[str, Any]:
+@router.get(
+    "/deployments/{ref:path}", tags=["deployments"], **reads(v.Deployment, AMBIGUOUS_PROBLEMS)
+)
+async def get_deployment(request: Request, ref: Ref) -> v.Deployment:
     return r.deployment(_views(request), r.deployment_id(_views(request), ref))
 
 
@@ -280,19 +347,20 @@ async def _on_deployment(
     "/deployments/{ref:path}/authority",
     tags=["deployments"],
     openapi_extra=_body(AuthorityBody),
+    **writes(v.Deployment),
 )
 async def promote_authority(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Hand an observed deployment to its operator: `{"authority": "managed"}`."""
     return await _on_deployment(request, holder, ref, c.PromoteAuthority, AuthorityBody)
 
 
-@router.post("/deployments/{ref:path}/enable", tags=["deployments"])
+@router.post("/deployments/{ref:path}/enable", tags=["deployments"], **writes(v.Deployment))
 async def enable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Let the operator reconcile the deployment again."""
     return await _on_deployment(request, holder, ref, c.EnableDeployment)
 
 
-@router.post("/deployments/{ref:path}/disable", tags=["deployments"])
+@router.post("/deployments/{ref:path}/disable", tags=["deployments"], **writes(v.Deployment))
 async def disable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Scale the deployment to zero and stop reconciling it."""
     return await _on_deployment(request, holder, ref, c.DisableDeployment)
@@ -302,6 +370,7 @@ async def disable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     "/deployments/{ref:path}/engine-args",
     tags=["deployments"],
     openapi_extra=_body(EngineArgsBody),
+    **writes(v.Deployment),
 )
 async def set_engine_args(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Set the engine arguments the deployment should run with."""
@@ -311,17 +380,19 @@ async def set_engine_args(request: Request, ref: Ref, holder: Writer) -> JSONRes
 # Discovered models
 
 
-@router.get("/discovered", tags=["discovered"], dependencies=READ)
+@router.get("/discovered", tags=["discovered"], **reads(v.DiscoveredList))
 async def list_discovered(
     request: Request, include_ignored: bool = False, cluster: str | None = None
-) -> dict[str, Any]:
+) -> v.DiscoveredList:
     """Models found running that the plane did not declare; ignored ones only if asked."""
     found = r.discovered(_views(request), include_ignored=include_ignored, cluster=cluster)
     return {"discovered": found}
 
 
-@router.get("/discovered/{ref:path}", tags=["discovered"], dependencies=READ)
-async def get_discovered(request: Request, ref: Ref) -> dict[str, Any]:
+@router.get(
+    "/discovered/{ref:path}", tags=["discovered"], **reads(v.DiscoveredView, AMBIGUOUS_PROBLEMS)
+)
+async def get_discovered(request: Request, ref: Ref) -> v.DiscoveredView:
     return r.sighting(_views(request), r.discovery_id(_views(request), ref))
 
 
@@ -333,13 +404,13 @@ async def _on_discovery(
     return _answer(reply, lambda: r.sighting(_views(request), key))
 
 
-@router.post("/discovered/{ref:path}/track", tags=["discovered"])
+@router.post("/discovered/{ref:path}/track", tags=["discovered"], **writes(v.DiscoveredView))
 async def track(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Keep it in the inventory, observed only; no deployment is created."""
     return await _on_discovery(request, holder, ref, c.TrackDiscovery)
 
 
-@router.post("/discovered/{ref:path}/ignore", tags=["discovered"])
+@router.post("/discovered/{ref:path}/ignore", tags=["discovered"], **writes(v.DiscoveredView))
 async def ignore(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Not interesting: it leaves the default list."""
     return await _on_discovery(request, holder, ref, c.IgnoreDiscovery)
@@ -347,9 +418,9 @@ async def ignore(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
 
 @router.post(
     "/discovered/{ref:path}/promote",
-    status_code=201,
     tags=["discovered"],
     openapi_extra=_body(PromoteBody),
+    **writes(v.Workload, 201),
 )
 async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Adopt the model: a workload pinned to its cluster, with one observed deployment."""
@@ -364,13 +435,13 @@ async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
 # Projects and quotas
 
 
-@router.get("/projects", tags=["projects"], dependencies=READ)
-async def list_projects(request: Request) -> dict[str, Any]:
+@router.get("/projects", tags=["projects"], **reads(v.ProjectList))
+async def list_projects(request: Request) -> v.ProjectList:
     return {"projects": r.projects(_views(request))}
 
 
-@router.get("/projects/{project}", tags=["projects"], dependencies=READ)
-async def get_project(request: Request, project: Ref) -> dict[str, Any]:
+@router.get("/projects/{project}", tags=["projects"], **reads(v.Project, REF_PROBLEMS))
+async def get_project(request: Request, project: Ref) -> v.Project:
     return r.project(_views(request), project)
 
 
@@ -378,6 +449,7 @@ async def get_project(request: Request, project: Ref) -> dict[str, Any]:
     "/projects/{project}/quotas/{device_class}",
     tags=["projects"],
     openapi_extra=_body(QuotaBody),
+    **writes(v.Project),
 )
 async def set_quota(
     request: Request, project: Ref, device_class: Ref, holder: Writer
@@ -391,7 +463,12 @@ async def set_quota(
 # Clusters and capacity
 
 
-@router.post("/clusters", status_code=201, tags=["clusters"], openapi_extra=_body(ClusterBody))
+@router.post(
+    "/clusters",
+    tags=["clusters"],
+    openapi_extra=_body(ClusterBody),
+    **writes(v.Cluster, 201, _200=(v.Cluster, "Registered already: the cluster as it is")),
+)
 async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
     """Make a cluster known before its operator first reports."""
     reply = await _act(request, holder, c.RegisterCluster, {}, ClusterBody)
@@ -401,20 +478,20 @@ async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
     return _answer(reply, render, created, Location=f"/v1/clusters/{key}")
 
 
-@router.get("/clusters", tags=["clusters"], dependencies=READ)
-async def list_clusters(request: Request) -> dict[str, Any]:
+@router.get("/clusters", tags=["clusters"], **reads(v.ClusterList))
+async def list_clusters(request: Request) -> v.ClusterList:
     return {"clusters": r.clusters(_views(request))}
 
 
-@router.get("/clusters/{ref}", tags=["clusters"], dependencies=READ)
-async def get_cluster(request: Request, ref: Ref) -> dict[str, Any]:
+@router.get("/clusters/{ref}", tags=["clusters"], **reads(v.Cluster, REF_PROBLEMS))
+async def get_cluster(request: Request, ref: Ref) -> v.Cluster:
     return r.cluster(_views(request), ref)
 
 
-@router.get("/capacity", tags=["clusters"], dependencies=READ)
+@router.get("/capacity", tags=["clusters"], **reads(v.CapacityList))
 async def capacity(
     request: Request, cluster: str | None = None, device_class: str | None = None
-) -> dict[str, Any]:
+) -> v.CapacityList:
     """Devices per cluster and class: total, allocated, reserved by admission, free."""
     return {"capacity": r.capacity(_views(request), cluster=cluster, device_class=device_class)}
 
@@ -422,7 +499,7 @@ async def capacity(
 # Audit
 
 
-@router.get("/events", tags=["events"], dependencies=READ)
+@router.get("/events", tags=["events"], **reads(v.AuditPage))
 async def events(
     request: Request,
     aggregate: Annotated[
@@ -434,14 +511,14 @@ async def events(
     correlation_id: Annotated[str | None, Query(max_length=128)] = None,
     since: Annotated[int, Query(ge=1, le=2**53, description="Stream sequence")] = 1,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> v.AuditPage:
     """History, oldest first, each event with the fields it changed (before and after) and the
     command that caused it. `next` is the `since` of the next page (null: none). One aggregate's
     history is folded from its first event, so `before` is right on every page; a kind's, or
     everything's, from `since`."""
     subject, whole = _subject(aggregate)
     timeline = Timeline()
-    entries: list[dict[str, Any]] = []
+    entries: list[v.AuditEntry] = []
     history = _gateway(request).history(subject, 1 if whole else since)
     async with contextlib.aclosing(history):
         async for message in history:
@@ -452,7 +529,7 @@ async def events(
                 continue
             if len(entries) == limit:
                 return {"events": entries, "next": message.seq}
-            entries.append(entry.as_dict() | {"seq": message.seq})
+            entries.append({**entry.as_dict(), "seq": message.seq})
     return {"events": entries, "next": None}
 
 
