@@ -13,9 +13,9 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -24,6 +24,12 @@ from wingsmith.domain.deployment import AdmissionPhase, Authority
 from wingsmith.domain.values import Backend, ServingMode
 from wingsmith.services.cli.terminal import Progress, table
 from wingsmith.services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
+
+if TYPE_CHECKING:  # the API's documents, as types only: the command line starts without them
+    from typing_extensions import TypeIs
+
+    from wingsmith.domain.contracts import views as v
+    from wingsmith.domain.contracts.replies import Accepted
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 REQUIRED = (
@@ -119,10 +125,15 @@ def _out(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> str
     the change is stored, the views do not show it yet)."""
     if args.json:
         return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
-    return _fields(data) if data.get("consistent") is False else text(data)
+    return _fields(data) if _accepted(data) else text(data)
 
 
-def _fields(resource: dict[str, Any], prefix: str = "") -> str:
+def _accepted(answer: Mapping[str, Any]) -> TypeIs[Accepted]:
+    """Whether a write was answered `202`: stored, and not in the views yet."""
+    return answer.get("consistent") is False
+
+
+def _fields(resource: Mapping[str, Any], prefix: str = "") -> str:
     """One resource as `key: value` lines: nested objects indented, lists of objects as a
     table."""
     lines = []
@@ -145,7 +156,7 @@ def _cell(value: Any) -> str:
 # Workloads
 
 
-def _workload_table(found: dict[str, Any]) -> str:
+def _workload_table(found: v.WorkloadList) -> str:
     rows = [
         (
             w["workload_id"],
@@ -251,14 +262,16 @@ async def _delete(api: ApiClient, args: argparse.Namespace) -> str | None:
     )
 
 
-async def _then_wait(api: ApiClient, args: argparse.Namespace, workload: dict[str, Any]) -> str:
-    key = workload.get("workload_id") or workload["result"]["workload_id"]
+async def _then_wait(
+    api: ApiClient, args: argparse.Namespace, workload: v.Workload | Accepted
+) -> str:
+    key = workload["result"]["workload_id"] if _accepted(workload) else workload["workload_id"]
     if args.wait:
         workload = await wait_until_ready(api, key, args.timeout)
     return _out(args, workload, _fields)
 
 
-async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str, Any]:
+async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> v.Workload:
     """Follow the workload until as many replicas as it asks for are ready on the serving config
     it now has; a bar shows them, with each deployment's phase (and why it waits)."""
     loop = asyncio.get_running_loop()
@@ -266,6 +279,7 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
     bar = Progress(key, 1)
     try:
         while True:
+            workload: v.Workload | None
             workload = await api.call("GET", f"/v1/workloads/{key}", none_if_missing=True)
             if workload is None:  # accepted, and not in the views yet
                 await asyncio.sleep(0.5)
@@ -277,7 +291,7 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
             bar.total = max(wanted, 1)
             bar.update(ready, note)
             if workload["phase"] == AdmissionPhase.RUNNING and ready >= wanted:
-                return dict(workload)
+                return workload
             if workload["phase"] == AdmissionPhase.FAILED:
                 raise RuntimeError(f"workload {key} failed: {note}")
             if loop.time() > deadline:
@@ -287,7 +301,7 @@ async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> dict[str
         bar.close()
 
 
-def _phase(deployment: dict[str, Any]) -> str:
+def _phase(deployment: v.Placement) -> str:
     reason = deployment["admission_reason"]
     return f"{deployment['cluster_id']} {deployment['admission_phase']}" + (
         f" ({reason})" if reason else ""
@@ -297,7 +311,7 @@ def _phase(deployment: dict[str, Any]) -> str:
 # Deployments
 
 
-def _deployment_table(found: dict[str, Any]) -> str:
+def _deployment_table(found: v.DeploymentList) -> str:
     rows = [
         (
             d["deployment_id"],
@@ -307,7 +321,7 @@ def _deployment_table(found: dict[str, Any]) -> str:
             f"{d['ready_replicas']}/{d['desired_replicas']}",
             d["authority"],
             "yes" if d["enabled"] else "no",
-            (d["status"] or {}).get("phase"),
+            d["status"]["phase"] if d["status"] else None,
             ", ".join(f"{k}:{v}" for k, v in d["live_digests"].items()),
         )
         for d in found["deployments"]
@@ -336,7 +350,7 @@ async def _deployment_action(api: ApiClient, args: argparse.Namespace) -> str:
 # Discovered models
 
 
-def _discovered_table(found: dict[str, Any]) -> str:
+def _discovered_table(found: v.DiscoveredList) -> str:
     rows = [
         (
             d["discovery_id"],
@@ -372,7 +386,7 @@ async def _discovered_action(api: ApiClient, args: argparse.Namespace) -> str:
 # Projects, clusters, capacity
 
 
-def _project_table(found: dict[str, Any]) -> str:
+def _project_table(found: v.ProjectList) -> str:
     rows = [
         (p["project"], q["device_class"], q["quota"], q["used"], q["available"])
         for p in found["projects"]
@@ -394,7 +408,7 @@ async def _quota(api: ApiClient, args: argparse.Namespace) -> str:
 CAPACITY_COLUMNS = ("device_class", "total", "allocated", "reserved", "free")
 
 
-def _cluster_table(found: dict[str, Any]) -> str:
+def _cluster_table(found: v.ClusterList) -> str:
     rows = [
         (
             c["cluster_id"],
@@ -408,13 +422,18 @@ def _cluster_table(found: dict[str, Any]) -> str:
             row["free"],
         )
         for c in found["clusters"]
-        for row in c["capacity"] or [dict.fromkeys(CAPACITY_COLUMNS)]
+        for row in _capacity_rows(c)
     ]
     headers = ("CLUSTER", "REACHABLE", "OPERATOR", "NODES", "CLASS", "TOTAL", "ALLOCATED")
     return table((*headers, "RESERVED", "FREE"), rows)
 
 
-def _operator(operator: dict[str, Any] | None) -> str:
+def _capacity_rows(cluster: v.Cluster) -> Sequence[Mapping[str, Any]]:
+    """A cluster's capacity rows; one of blanks when it has none, so the cluster is listed."""
+    return cluster["capacity"] or [dict.fromkeys(CAPACITY_COLUMNS)]
+
+
+def _operator(operator: v.OperatorDocument | None) -> str:
     if operator is None:
         return "-"
     modes = [m for m in ("read_only", "simulated") if operator.get(m)]
