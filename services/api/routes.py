@@ -115,7 +115,7 @@ def _problems(statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def reads(document: Any, problems: tuple[int, ...] = READ_PROBLEMS) -> dict[str, Any]:
+def _reads(document: Any, problems: tuple[int, ...] = READ_PROBLEMS) -> dict[str, Any]:
     """What a read endpoint answers: `document`, or a problem. The handler returns the
     document as the views hold it (no response model re-encodes it)."""
     return {
@@ -126,17 +126,20 @@ def reads(document: Any, problems: tuple[int, ...] = READ_PROBLEMS) -> dict[str,
     }
 
 
-def writes(
-    document: Any, status: int = 200, described: str = "The resource, changed", **others: Any
+def _writes(
+    document: Any,
+    status: int = 200,
+    described: str = "The resource, changed",
+    also: Mapping[int, tuple[Any, str]] | None = None,
 ) -> dict[str, Any]:
     """What a write endpoint answers: `document` at `status` once the views show the command,
-    `202` with the hub's result when they do not yet, or a problem. `others`: more statuses
-    (as `_<status>`) and their documents."""
+    `202` with the hub's result when they do not yet, or a problem; `also`: other successes,
+    each a (document, description)."""
     answers: dict[int | str, dict[str, Any]] = {
         202: {"model": Accepted, "description": "Stored; the views do not show it yet"},
         status: {"model": document, "description": described},
     }
-    answers |= {int(k[1:]): {"model": m, "description": d} for k, (m, d) in others.items()}
+    answers |= {s: {"model": m, "description": d} for s, (m, d) in (also or {}).items()}
     answers |= _problems(WRITE_PROBLEMS)
     return {"response_model": None, "status_code": status, "responses": answers}
 
@@ -247,7 +250,7 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
     "/workloads",
     tags=["workloads"],
     openapi_extra=_body(CreateWorkloadBody),
-    **writes(v.Workload, 201),
+    **_writes(v.Workload, 201),
 )
 async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     """Declare a workload: placement spreads it over clusters (or it is pinned to one)."""
@@ -257,7 +260,7 @@ async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     return _answer(reply, render, 201, Location=f"/v1/workloads/{key}")
 
 
-@router.get("/workloads", tags=["workloads"], **reads(v.WorkloadList))
+@router.get("/workloads", tags=["workloads"], **_reads(v.WorkloadList))
 async def list_workloads(
     request: Request, project: str | None = None, phase: AdmissionPhase | None = None
 ) -> v.WorkloadList:
@@ -265,7 +268,7 @@ async def list_workloads(
     return {"workloads": found}
 
 
-@router.get("/workloads/{ref}", tags=["workloads"], **reads(v.Workload, REF_PROBLEMS))
+@router.get("/workloads/{ref}", tags=["workloads"], **_reads(v.Workload, REF_PROBLEMS))
 async def get_workload(request: Request, ref: Ref) -> v.Workload:
     return r.workload(_views(request), r.workload_id(_views(request), ref))
 
@@ -274,7 +277,7 @@ async def get_workload(request: Request, ref: Ref) -> v.Workload:
     "/workloads/{ref}/scale",
     tags=["workloads"],
     openapi_extra=_body(ScaleBody),
-    **writes(v.Workload),
+    **_writes(v.Workload),
 )
 async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Change the workload's total replicas; its deployments' shares follow."""
@@ -288,7 +291,7 @@ async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResp
     "/workloads/{ref}/serving",
     tags=["workloads"],
     openapi_extra=_body(ServingBody),
-    **writes(v.Workload),
+    **_writes(v.Workload),
 )
 async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Serve the workload differently: every deployment rolls out a new generation."""
@@ -301,7 +304,7 @@ async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResp
 @router.delete(
     "/workloads/{ref}",
     tags=["workloads"],
-    **writes(Result | Accepted, 202, "The hub's result; wrapped while the views lag behind"),
+    **_writes(Result | Accepted, 202, "The hub's result; wrapped while the views lag behind"),
 )
 async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Delete the workload and its deployments; the operators remove what they rendered. The
@@ -315,7 +318,7 @@ async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONRes
 # Deployments
 
 
-@router.get("/deployments", tags=["deployments"], **reads(v.DeploymentList))
+@router.get("/deployments", tags=["deployments"], **_reads(v.DeploymentList))
 async def list_deployments(
     request: Request, workload: str | None = None, cluster: str | None = None
 ) -> v.DeploymentList:
@@ -324,7 +327,7 @@ async def list_deployments(
 
 
 @router.get(
-    "/deployments/{ref:path}", tags=["deployments"], **reads(v.Deployment, AMBIGUOUS_PROBLEMS)
+    "/deployments/{ref:path}", tags=["deployments"], **_reads(v.Deployment, AMBIGUOUS_PROBLEMS)
 )
 async def get_deployment(request: Request, ref: Ref) -> v.Deployment:
     return r.deployment(_views(request), r.deployment_id(_views(request), ref))
@@ -347,20 +350,20 @@ async def _on_deployment(
     "/deployments/{ref:path}/authority",
     tags=["deployments"],
     openapi_extra=_body(AuthorityBody),
-    **writes(v.Deployment),
+    **_writes(v.Deployment),
 )
 async def promote_authority(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Hand an observed deployment to its operator: `{"authority": "managed"}`."""
     return await _on_deployment(request, holder, ref, c.PromoteAuthority, AuthorityBody)
 
 
-@router.post("/deployments/{ref:path}/enable", tags=["deployments"], **writes(v.Deployment))
+@router.post("/deployments/{ref:path}/enable", tags=["deployments"], **_writes(v.Deployment))
 async def enable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Let the operator reconcile the deployment again."""
     return await _on_deployment(request, holder, ref, c.EnableDeployment)
 
 
-@router.post("/deployments/{ref:path}/disable", tags=["deployments"], **writes(v.Deployment))
+@router.post("/deployments/{ref:path}/disable", tags=["deployments"], **_writes(v.Deployment))
 async def disable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Scale the deployment to zero and stop reconciling it."""
     return await _on_deployment(request, holder, ref, c.DisableDeployment)
@@ -370,7 +373,7 @@ async def disable(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     "/deployments/{ref:path}/engine-args",
     tags=["deployments"],
     openapi_extra=_body(EngineArgsBody),
-    **writes(v.Deployment),
+    **_writes(v.Deployment),
 )
 async def set_engine_args(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Set the engine arguments the deployment should run with."""
@@ -380,7 +383,7 @@ async def set_engine_args(request: Request, ref: Ref, holder: Writer) -> JSONRes
 # Discovered models
 
 
-@router.get("/discovered", tags=["discovered"], **reads(v.DiscoveredList))
+@router.get("/discovered", tags=["discovered"], **_reads(v.DiscoveredList))
 async def list_discovered(
     request: Request, include_ignored: bool = False, cluster: str | None = None
 ) -> v.DiscoveredList:
@@ -390,7 +393,7 @@ async def list_discovered(
 
 
 @router.get(
-    "/discovered/{ref:path}", tags=["discovered"], **reads(v.DiscoveredView, AMBIGUOUS_PROBLEMS)
+    "/discovered/{ref:path}", tags=["discovered"], **_reads(v.DiscoveredView, AMBIGUOUS_PROBLEMS)
 )
 async def get_discovered(request: Request, ref: Ref) -> v.DiscoveredView:
     return r.sighting(_views(request), r.discovery_id(_views(request), ref))
@@ -404,13 +407,13 @@ async def _on_discovery(
     return _answer(reply, lambda: r.sighting(_views(request), key))
 
 
-@router.post("/discovered/{ref:path}/track", tags=["discovered"], **writes(v.DiscoveredView))
+@router.post("/discovered/{ref:path}/track", tags=["discovered"], **_writes(v.DiscoveredView))
 async def track(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Keep it in the inventory, observed only; no deployment is created."""
     return await _on_discovery(request, holder, ref, c.TrackDiscovery)
 
 
-@router.post("/discovered/{ref:path}/ignore", tags=["discovered"], **writes(v.DiscoveredView))
+@router.post("/discovered/{ref:path}/ignore", tags=["discovered"], **_writes(v.DiscoveredView))
 async def ignore(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Not interesting: it leaves the default list."""
     return await _on_discovery(request, holder, ref, c.IgnoreDiscovery)
@@ -420,7 +423,7 @@ async def ignore(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     "/discovered/{ref:path}/promote",
     tags=["discovered"],
     openapi_extra=_body(PromoteBody),
-    **writes(v.Workload, 201),
+    **_writes(v.Workload, 201),
 )
 async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     """Adopt the model: a workload pinned to its cluster, with one observed deployment."""
@@ -435,12 +438,12 @@ async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
 # Projects and quotas
 
 
-@router.get("/projects", tags=["projects"], **reads(v.ProjectList))
+@router.get("/projects", tags=["projects"], **_reads(v.ProjectList))
 async def list_projects(request: Request) -> v.ProjectList:
     return {"projects": r.projects(_views(request))}
 
 
-@router.get("/projects/{project}", tags=["projects"], **reads(v.Project, REF_PROBLEMS))
+@router.get("/projects/{project}", tags=["projects"], **_reads(v.Project, REF_PROBLEMS))
 async def get_project(request: Request, project: Ref) -> v.Project:
     return r.project(_views(request), project)
 
@@ -449,7 +452,7 @@ async def get_project(request: Request, project: Ref) -> v.Project:
     "/projects/{project}/quotas/{device_class}",
     tags=["projects"],
     openapi_extra=_body(QuotaBody),
-    **writes(v.Project),
+    **_writes(v.Project),
 )
 async def set_quota(
     request: Request, project: Ref, device_class: Ref, holder: Writer
@@ -467,7 +470,7 @@ async def set_quota(
     "/clusters",
     tags=["clusters"],
     openapi_extra=_body(ClusterBody),
-    **writes(v.Cluster, 201, _200=(v.Cluster, "Registered already: the cluster as it is")),
+    **_writes(v.Cluster, 201, also={200: (v.Cluster, "Registered already: the cluster as it is")}),
 )
 async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
     """Make a cluster known before its operator first reports."""
@@ -478,17 +481,17 @@ async def register_cluster(request: Request, holder: Writer) -> JSONResponse:
     return _answer(reply, render, created, Location=f"/v1/clusters/{key}")
 
 
-@router.get("/clusters", tags=["clusters"], **reads(v.ClusterList))
+@router.get("/clusters", tags=["clusters"], **_reads(v.ClusterList))
 async def list_clusters(request: Request) -> v.ClusterList:
     return {"clusters": r.clusters(_views(request))}
 
 
-@router.get("/clusters/{ref}", tags=["clusters"], **reads(v.Cluster, REF_PROBLEMS))
+@router.get("/clusters/{ref}", tags=["clusters"], **_reads(v.Cluster, REF_PROBLEMS))
 async def get_cluster(request: Request, ref: Ref) -> v.Cluster:
     return r.cluster(_views(request), ref)
 
 
-@router.get("/capacity", tags=["clusters"], **reads(v.CapacityList))
+@router.get("/capacity", tags=["clusters"], **_reads(v.CapacityList))
 async def capacity(
     request: Request, cluster: str | None = None, device_class: str | None = None
 ) -> v.CapacityList:
@@ -499,7 +502,7 @@ async def capacity(
 # Audit
 
 
-@router.get("/events", tags=["events"], **reads(v.AuditPage))
+@router.get("/events", tags=["events"], **_reads(v.AuditPage))
 async def events(
     request: Request,
     aggregate: Annotated[
