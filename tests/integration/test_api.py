@@ -17,6 +17,8 @@ import pytest
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain.contracts import views as v
+from wingsmith.domain.contracts.replies import Accepted
 from wingsmith.services.api.server import running_api
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
@@ -27,6 +29,7 @@ from wingsmith.services.operator.backends.simulated import (
 )
 from wingsmith.services.operator.inspect import load_manifest
 
+from ..schemas import check
 from .conftest import LLAMA, wait_for
 from .kube_fixtures import NAMESPACE, cluster_create, node
 from .test_adoption import FIXTURE, operator_on_kmock
@@ -171,6 +174,46 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert (await api.get("/v1/workloads/llama")).status_code == 404
     free = {"cluster_id": "east", "device_class": "H100", "total": 16, "allocated": 0}
     await until(api, "/v1/clusters/east", capacity=[free | {"reserved": 0, "free": 16}])
+
+
+async def test_every_resource_is_exactly_its_contracts_document(
+    hub: Hub, api: httpx.AsyncClient, east: None
+) -> None:
+    """What the API serves, with a workload running and a model found running beside it, is
+    what domain/contracts/views.py says: no key missing, none unknown."""
+    await until(api, "/v1/clusters/east", reachable=True)
+    ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
+    ok(await api.post("/v1/workloads", json=WORKLOAD), 201)
+    await until(api, "/v1/workloads/llama", phase="running")
+    await until(api, "/v1/deployments/llama--east", ready_replicas=2)
+    fault = {"fault": "run_model", "name": "qwen", "engine_version": "1", "gpus": 1}
+    await nats_bus.request(hub.nc, fault_subject("east"), orjson.dumps(fault), 5)
+
+    async def sighted() -> bool:
+        return len(ok(await api.get("/v1/discovered"))["discovered"]) == 1
+
+    await wait_for(sighted, 20, "the sighting")
+    served = {
+        "/v1/workloads": v.WorkloadList,
+        "/v1/workloads/llama": v.Workload,
+        "/v1/deployments": v.DeploymentList,
+        "/v1/deployments/llama--east": v.Deployment,
+        "/v1/discovered": v.DiscoveredList,
+        "/v1/discovered/qwen": v.DiscoveredView,
+        "/v1/projects": v.ProjectList,
+        "/v1/projects/search": v.Project,
+        "/v1/clusters": v.ClusterList,
+        "/v1/clusters/east": v.Cluster,
+        "/v1/capacity": v.CapacityList,
+        "/v1/events?limit=1000": v.AuditPage,
+    }
+    for path, contract in served.items():
+        document = ok(await api.get(path))
+        try:
+            check(contract, document)
+        except Exception as e:
+            raise AssertionError(f"{path}: {e}") from e
+    assert ok(await api.get("/v1/deployments/llama--east"))["replicas"]  # replicas were checked
 
 
 async def test_discovered_model_is_tracked_ignored_promoted_and_taken_over(
@@ -381,6 +424,7 @@ async def test_without_the_projector_a_write_is_accepted_and_a_resend_says_so_ag
             assert response.status_code == 202, response.text
             assert response.json()["result"]["quota"] == {"H100": 4}
             assert response.json()["consistent"] is False
+            check(Accepted, response.json())
         assert response.headers["idempotent-replayed"] == "true"
         assert await stored(hub) == 3  # ProjectRegistered, QuotaSet, the receipt: once
 
