@@ -16,7 +16,7 @@ from typing_extensions import TypeVar
 Envelope = Mapping[str, Any]
 View = dict[str, Any]
 # the document each of a projection's views is (domain/contracts/views.py)
-V = TypeVar("V", default=View)
+V = TypeVar("V", default=Any)  # Any: a bare `Projection` is any projection
 Keys = Iterable[str]  # the keys of the views an event changed
 Handler = Callable[[Any, str, Mapping[str, Any]], Keys]
 

@@ -212,7 +212,7 @@ async def test_every_reply_is_what_the_replies_contract_says(hub: Hub, client: C
     """Answers, resends and refusals: each exactly a `Reply` (domain/contracts/replies.py)."""
     deployment = await seed_deployment(client)
     args = {"command_id": "c-1", "deployment_id": deployment, "engine_args": ["--enforce-eager"]}
-    sent = [
+    sent: list[tuple[str, dict[str, Any]]] = [
         ("deployment.set_engine_args", args),
         ("deployment.set_engine_args", args),  # a resend
         ("deployment.set_engine_args", args | {"engine_args": []}),  # its command_id reused

@@ -18,7 +18,7 @@ from wingsmith.domain.deployment import AdmissionReason, Deployment
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
 from wingsmith.domain.values import ServingConfig
-from wingsmith.projections.base import Fold
+from wingsmith.projections.base import Fold, Projection
 from wingsmith.projections.fleet import Capacity, DeploymentHealth
 from wingsmith.services.hub.projector import as_of, fold, rebuild
 
@@ -140,7 +140,7 @@ def test_as_of_answers_match_the_hand_computed_history(stores: Any) -> None:
 
 def test_as_of_starts_from_checkpoints_and_ignores_later_ones(stores: Any) -> None:
     store, checkpoints = stores
-    kinds = [Capacity, DeploymentHealth]
+    kinds: list[type[Projection]] = [Capacity, DeploymentHealth]
     upto_1402 = Fold(kind() for kind in kinds)
     fold(store.read, upto_1402, until=at("14:02"))
     full = rebuild(store.read, kinds)

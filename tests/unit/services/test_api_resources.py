@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from wingsmith.domain.contracts.replies import HubError
 from wingsmith.services.api import resources as r
 from wingsmith.services.api.app import Tokens
 from wingsmith.services.api.problems import Problem
@@ -145,7 +146,7 @@ def test_tokens_say_who_and_what_they_may_do() -> None:
 
 
 def test_a_hub_error_becomes_a_problem_naming_the_requests_field() -> None:
-    error = {
+    error: HubError = {
         "code": "not_found",
         "message": "workload 'x' does not exist",
         "details": {"field": "workload_id", "status": 999, "known": ["a"]},
