@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority, Deployment
 from wingsmith.domain.placement import RoomIndex, shares
@@ -122,6 +122,15 @@ class Decision:
     reason: str | None
     evidence: dict[str, int]
     phase: str  # admitted, pending, or the placed/running phase a growing deployment keeps
+
+
+class Standing(NamedTuple):
+    """Where a deployment stood before a decision: enough to make it again from there."""
+
+    phase: str
+    reason: str | None
+    granted: int
+    rolling: bool
 
 
 @dataclass
@@ -390,13 +399,18 @@ class Ledger:
         on_error: OnError | None = None,
         skip: Container[str] = (),
     ) -> list[Decision]:
-        """Decide in order, recording each decision before the next, each deployment once
-        unless a decision of this call changes it again. A deployment that would take devices
-        while an older one waits for capacity in its cluster, or for quota in its project,
-        waits behind it. With `on_error`, a deployment whose decision raises is reported
+        """Decide in order, recording each decision before the next: one decision per
+        deployment, on the state the call leaves. A deployment that would take devices while
+        an older one waits for capacity in its cluster, or for quota in its project, waits
+        behind it. One that a later decision of the call concerns again (devices released
+        where it waits) is decided again, and that decision replaces its earlier one, which
+        moved no devices (so nothing decided in between counts on it), and comes after what
+        it counts on. A deployment out of failure keeps its `awaiting_admission` decision
+        before its next one. With `on_error`, a deployment whose decision raises is reported
         there and the others are decided; the decisions recorded so far are kept. Those in
         `skip` are left as they are (their decisions were refused)."""
-        decisions: list[Decision] = []
+        decisions: list[Decision | None] = []  # None: replaced by a later one
+        replaceable: dict[str, tuple[int, Standing]] = {}  # where its decision is, and from
         queue = dict.fromkeys(deployment_ids)
         while queue:
             deployment_id = next(iter(queue))
@@ -404,19 +418,20 @@ class Ledger:
             if deployment_id in skip:
                 continue
             try:
-                decision, released = self._decide_one(deployment_id)
+                decided, released = self._decide_one(deployment_id)
             except Exception as e:
                 if on_error is None:
                     raise
                 on_error(deployment_id, e)
                 continue
-            if decision is not None:
-                decisions.append(decision)
+            if decided is not None:
+                self._keep(*decided, decisions, replaceable)
             queue.update(dict.fromkeys(released))
-        return decisions
+        return [decision for decision in decisions if decision is not None]
 
-    def _decide_one(self, deployment_id: str) -> tuple[Decision | None, list[str]]:
-        """A decision, recorded, and who to decide for after it."""
+    def _decide_one(self, deployment_id: str) -> tuple[tuple[Decision, Standing] | None, list[str]]:
+        """A decision, recorded, with the deployment as it stood before it; and who to decide
+        for after it."""
         slot = self.deployments.get(deployment_id)
         if slot is None:
             return None, []
@@ -428,10 +443,45 @@ class Ledger:
         if decision.devices > slot.held and self._behind_a_blocker(slot, deployment_id):
             self._wait(deployment_id, slot)  # its turn comes after the older one's
             return None, []
+        stood = Standing(slot.phase, slot.reason, slot.granted, slot.rolling)
         released = self.record(decision)
         if decision.reason == AdmissionReason.AWAITING_ADMISSION:  # out of failure: decide again
             released = [deployment_id, *released]
-        return decision, released
+        return (decision, stood), released
+
+    def _keep(
+        self,
+        decision: Decision,
+        stood: Standing,
+        decisions: list[Decision | None],
+        replaceable: dict[str, tuple[int, Standing]],
+    ) -> None:
+        """Add a decision to the call's, in place of the deployment's earlier one if that
+        moved no devices: it is then made from where the deployment stood before that one."""
+        earlier = replaceable.pop(decision.deployment_id, None)
+        if earlier is not None:
+            index, stood = earlier
+            decisions[index] = None
+            once = self._made_from(stood, decision)
+            if once is None:  # it stands where it stood: nothing to send
+                return
+            decision = once
+        if decision.reason != "awaiting_admission" and decision.devices == stood.granted:
+            replaceable[decision.deployment_id] = (len(decisions), stood)
+        decisions.append(decision)
+
+    def _made_from(self, stood: Standing, decision: Decision) -> Decision | None:
+        """The decision as if made once, from where the deployment stood: a serving one
+        admitted keeps its phase; none if it stands there again."""
+        once = self._decision(
+            decision.deployment_id, stood, decision.devices, decision.reason, dict
+        )
+        slot = self.deployments[decision.deployment_id]
+        if once is None:
+            slot.phase, slot.rolling = stood.phase, stood.rolling
+            return None
+        slot.phase = once.phase
+        return replace(decision, phase=once.phase)
 
     def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> bool:
         for queues, key, reason in (
@@ -491,7 +541,7 @@ class Ledger:
     @staticmethod
     def _decision(
         deployment_id: str,
-        slot: Slot,
+        slot: Slot | Standing,
         devices: int,
         reason: str | None,
         evidence: Callable[[], dict[str, int]],

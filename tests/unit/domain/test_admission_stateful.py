@@ -406,3 +406,20 @@ class PassMachine(AdmissionMachine):
 
 PassMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestAdmissionInPasses = PassMachine.TestCase
+
+
+def test_a_pass_decides_once_for_a_deployment_back_where_it_stood() -> None:
+    """Found by Hypothesis: the quota set lets u0 wait for capacity instead, then w1 takes the
+    only device and u0 is short of quota again, as it was. The pass used to send both of
+    u0's decisions; it sends none (test_admission.py has it on the bare ledger)."""
+    state = PassMachine()
+    state.start(totals=(0, 0))
+    state.report_inventory(cluster_id="east", devices=1)
+    state.create_workload(per=2, project="q", replicas=5)
+    state.run_pass()
+    state.set_quota(devices=10, project="q")
+    state.create(cluster_id="east", per=1, project="q", replicas=1)
+    state.run_pass()  # asserts one decision per deployment
+    state.ledger_matches_a_recount()
+    state.nobody_waits_for_room_that_is_there()
+    assert state.ledger.deployments["u0--east"].reason == "insufficient_quota"
