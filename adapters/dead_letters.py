@@ -26,10 +26,11 @@ import orjson
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
+from wingsmith.domain import names
+from wingsmith.domain.names import DEAD_STREAM
+
 log = logging.getLogger(__name__)
 
-DEAD_STREAM = "WINGSMITH_DEAD"
-DEAD_PREFIX = "wingsmith.dead"
 PUBLISH_TIMEOUT = 2.0  # a stage never waits longer than this on NATS to set something aside
 
 
@@ -108,7 +109,7 @@ class DeadLetters:
         dedup = {"Nats-Msg-Id": f"dead:{component}:{msg_id}"} if msg_id else None
         try:
             await self._nc.jetstream().publish(
-                f"{DEAD_PREFIX}.{component}",
+                names.dead_subject(component),
                 record(component, reason, subject, data, headers),
                 stream=DEAD_STREAM,
                 headers=dedup,
@@ -137,8 +138,10 @@ class DeadLetters:
 async def stored(nc: Client) -> dict[str, int]:
     """How many dead letters the stream holds per component, whichever process set them aside."""
     try:
-        info = await nc.jetstream().stream_info(DEAD_STREAM, subjects_filter=f"{DEAD_PREFIX}.>")
+        info = await nc.jetstream().stream_info(
+            DEAD_STREAM, subjects_filter=names.every(names.DEAD)
+        )
     except NotFoundError:
         return {}
     subjects = info.state.subjects or {}
-    return {subject.removeprefix(f"{DEAD_PREFIX}."): n for subject, n in subjects.items()}
+    return {subject.removeprefix(f"{names.DEAD}."): n for subject, n in subjects.items()}

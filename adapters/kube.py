@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Literal, NamedTuple, Self
 
 import aiohttp
+import tenacity
 from kubernetes_asyncio import client, config
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node"]
 DGD_GROUP = "nvidia.com"
 DGD_PLURAL = "dynamographdeployments"
 MERGE_PATCH = "application/merge-patch+json"
+_RETRYING = tenacity.AsyncRetrying()  # only to give tenacity's wait strategy a call state
 
 
 class KubeError(Exception):
@@ -279,8 +281,14 @@ class Kube:
         raise _not_served(kind, error) if isinstance(error, KubeNotFound) else error
 
     def _delay(self, failures: int) -> float:
+        """The wait before the next try: the first delay, doubling with each failure in a row
+        up to the cap, plus up to half a first delay at random, so that the informers of many
+        operators that lost the same API server do not come back at one instant."""
         first, cap = self._backoff
-        return float(min(cap, first * 2 ** max(0, failures - 1)))
+        wait = tenacity.wait_exponential_jitter(multiplier=first, max=cap, jitter=first / 2)
+        state = tenacity.RetryCallState(_RETRYING, None, (), {})
+        state.attempt_number = max(1, failures)
+        return float(wait(state))
 
 
 class _Gone(Exception):

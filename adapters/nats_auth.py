@@ -30,13 +30,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-ACCOUNT = "WINGSMITH"
-RENDER_STREAM = "WINGSMITH_RENDER"  # the contract's names the permissions need (nats_bus uses them)
-OBS_STREAM = "WINGSMITH_OBS"
-RENDER_PREFIX = "wingsmith.render"
-OBS_PREFIX = "wingsmith.obs"
-COMMAND_SUBJECTS = "wingsmith.cmd.>"
-HUB_CONSUMER = "wingsmith-hub"  # the hub's durable consumer on WINGSMITH_OBS
+from wingsmith.domain import names
+from wingsmith.domain.names import ACCOUNT, HUB_CONSUMER, RENDER_STREAM
+
 JS_API = "$JS.API"
 
 # A DNS label, as domain.values.Name: a cluster id is a single subject token with no wildcard,
@@ -55,18 +51,18 @@ def check_cluster_id(cluster_id: str) -> str:
 
 
 def operator_user(cluster_id: str) -> str:
-    return f"operator-{check_cluster_id(cluster_id)}"
+    return names.operator_user(check_cluster_id(cluster_id))
 
 
 def operator_consumer(cluster_id: str) -> str:
     """The durable consumer on WINGSMITH_RENDER through which a cluster's operator reads."""
-    return f"operator-{check_cluster_id(cluster_id)}"
+    return names.operator_consumer(check_cluster_id(cluster_id))
 
 
 def operator_inbox_prefix(cluster_id: str) -> str:
     """The operator's own inbox prefix: replies to it (JetStream API answers, publish acks,
     fetched messages) go under it, and only it may subscribe there."""
-    return f"_INBOX_{check_cluster_id(cluster_id)}"
+    return names.own_inbox(check_cluster_id(cluster_id))
 
 
 def user_inbox_prefix(user: str) -> str:
@@ -76,11 +72,11 @@ def user_inbox_prefix(user: str) -> str:
     subjects. The user name becomes a subject token, hence the check."""
     if not _USER_TOKEN.match(user):
         raise ValueError(f"user {user!r}: only letters, digits, `-` and `_` may name a user")
-    return f"_INBOX_{user}"
+    return names.own_inbox(user)
 
 
 def render_filter(cluster_id: str) -> str:
-    return f"{RENDER_PREFIX}.{check_cluster_id(cluster_id)}.>"
+    return names.render_filter(check_cluster_id(cluster_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +107,7 @@ def operator_permissions(cluster_id: str) -> Permissions:
     api = f"$JS.API.CONSUMER.{{}}.{stream}.{consumer}"
     return Permissions(
         publish=(
-            f"{OBS_PREFIX}.{cluster_id}.>",
+            names.observation_subject(cluster_id, ">"),
             f"{api.format('CREATE')}.{render_filter(cluster_id)}",
             api.format("INFO"),
             api.format("DELETE"),
@@ -145,7 +141,7 @@ def client_permissions(
         "$JS.FC.>",  # flow control replies of the ordered consumers
     ]
     if commands:
-        publish.append(COMMAND_SUBJECTS)
+        publish.append(names.every(names.COMMANDS))
     deny = [f"{JS_API}.CONSUMER.CREATE.*.{name}.>" for name in durables]
     inbox = f"{user_inbox_prefix(user)}.>"
     return Permissions(publish=tuple(publish), subscribe=(inbox,), deny_publish=tuple(deny))
@@ -238,9 +234,9 @@ def server_config(
             permissions = client_permissions(credentials.user, commands=commands, durables=durables)
             users.append(_user_block(credentials, permissions))
     clients = [c.user for c in (client, api, viewer) if c]
-    names = [hub.user, *map(operator_user, operators), *clients]
-    if len(set(names)) != len(names):
-        raise ValueError(f"user names must differ: {names}")
+    everyone = [hub.user, *map(operator_user, operators), *clients]
+    if len(set(everyone)) != len(everyone):
+        raise ValueError(f"user names must differ: {everyone}")
     return "\n".join(
         [
             "accounts {",

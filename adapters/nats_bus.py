@@ -37,17 +37,23 @@ from nats.js.errors import (
 )
 from nats.nuid import NUID
 
-from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from wingsmith.adapters.nats_auth import (
-    HUB_CONSUMER,
-    OBS_PREFIX,
-    OBS_STREAM,
-    RENDER_PREFIX,
-    RENDER_STREAM,
     operator_consumer,
     operator_inbox_prefix,
     render_filter,
     user_inbox_prefix,
+)
+from wingsmith.domain import names
+from wingsmith.domain.names import (
+    DEAD_STREAM,
+    EVENTS_STREAM,
+    HUB_CONSUMER,
+    OBS_STREAM,
+    PROGRESS_BUCKET,
+    PROGRESS_KEY,
+    RENDER_STREAM,
+    VIEWS_STREAM,
+    view_bucket,
 )
 from wingsmith.domain.subjects import key_subject, key_value
 
@@ -55,21 +61,20 @@ log = logging.getLogger(__name__)
 
 Connection = Client
 NatsError = nats.errors.Error  # what the command line reports without a traceback
-# re-exported for the wiring; the names the server's permissions need live in nats_auth
-__all__ = [
-    "OBS_PREFIX",
-    "OBS_STREAM",
-    "RENDER_PREFIX",
-    "RENDER_STREAM",
-    "Connection",
-    "NatsError",
-    "Subscription",
-]
+__all__ = ["Connection", "NatsError", "Subscription"]
 
-EVENTS_STREAM = "WINGSMITH_EVENTS"
-VIEWS_STREAM = "WINGSMITH_PROJ"
-VIEWS_PREFIX = "wingsmith.proj"
 POSITION_HEADER = "Wingsmith-Position"
+
+# Waits, in seconds
+CONNECT_TIMEOUT = 5.0
+RECONNECT_WAIT = 0.2  # between attempts to reach a lost server, for as long as it takes
+PEERS_POLL = 0.5  # between asks to a forming cluster for room for a replicated stream
+NO_HUB_POLL = 0.2  # between resends of a request no hub answers yet
+PROGRESS_POLL = 0.5  # between looks for the projector's bucket, before a projector has run
+FETCH_WAIT = 1.0  # a pull for observations waits this long for one to arrive
+ACK_TIMEOUT = 3.0  # for the stream's acknowledgement of a batch of events
+RENDER_ACK_WAIT = 60.0  # a render message not acknowledged in this time is delivered again
+CANCEL_AGAIN = 0.5  # a task that swallowed a cancellation is cancelled again after this
 
 # Limits of every stream (docs/nats.md#limits). Each is a backstop sized so that nothing the
 # system still needs is discarded: the server refuses a message over its stream's size, and a
@@ -94,7 +99,7 @@ DAY = 24 * 3600.0
 STREAMS = [
     StreamConfig(
         name=EVENTS_STREAM,
-        subjects=["wingsmith.evt.>"],
+        subjects=[names.every(names.EVENTS)],
         storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS,
         discard=DiscardPolicy.OLD,
@@ -106,7 +111,7 @@ STREAMS = [
     ),
     StreamConfig(
         name=RENDER_STREAM,
-        subjects=["wingsmith.render.>"],
+        subjects=[names.every(names.RENDER)],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_msgs_per_subject=1,
@@ -117,7 +122,7 @@ STREAMS = [
     ),
     StreamConfig(
         name=OBS_STREAM,
-        subjects=[f"{OBS_PREFIX}.>"],
+        subjects=[names.every(names.OBSERVATIONS)],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_msgs_per_subject=OBS_PER_SUBJECT,
@@ -129,7 +134,7 @@ STREAMS = [
     ),
     StreamConfig(
         name=VIEWS_STREAM,
-        subjects=["wingsmith.proj.>"],
+        subjects=[names.every(names.VIEWS)],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_msgs_per_subject=VIEWS_PER_SUBJECT,
@@ -141,7 +146,7 @@ STREAMS = [
     ),
     StreamConfig(
         name=DEAD_STREAM,
-        subjects=[f"{DEAD_PREFIX}.>"],
+        subjects=[names.every(names.DEAD)],
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_age=30 * DAY,
@@ -192,8 +197,8 @@ async def connect(
         name=name,
         **login,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.2,  # type: ignore[arg-type]  # a float is fine at run time
-        connect_timeout=5,
+        reconnect_time_wait=RECONNECT_WAIT,  # type: ignore[arg-type]  # a float is fine at run time
+        connect_timeout=CONNECT_TIMEOUT,  # type: ignore[arg-type]
         error_cb=on_error,
         disconnected_cb=on_disconnect,
         reconnected_cb=on_reconnect,
@@ -239,7 +244,7 @@ async def ensure_streams(
             except BadRequestError as e:
                 if e.err_code != NO_PEERS_YET or asyncio.get_running_loop().time() > deadline:
                     raise
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(PEERS_POLL)
             except ServerError as e:
                 if e.err_code != NO_STORAGE:
                     raise
@@ -278,7 +283,10 @@ async def subscribe_commands(
         await handle(msg.subject, msg.data, msg.reply or None)
 
     subscription = await nc.subscribe(
-        "wingsmith.cmd.>", queue="wingsmith-hub", cb=on_message, pending_msgs_limit=1_000_000
+        names.every(names.COMMANDS),
+        queue=names.HUB_QUEUE,
+        cb=on_message,
+        pending_msgs_limit=1_000_000,
     )
     await nc.flush()  # the server knows the subscription before anyone is told the hub is up
     return subscription
@@ -324,7 +332,7 @@ class EventPublisher:
     stored, every later one is refused, so the last one's ack proves the whole batch landed, and
     the stream always holds a gap-free prefix of what was sent."""
 
-    def __init__(self, nc: Client, stream: str = EVENTS_STREAM, ack_timeout: float = 3.0):
+    def __init__(self, nc: Client, stream: str = EVENTS_STREAM, ack_timeout: float = ACK_TIMEOUT):
         self._nc, self._js = nc, nc.jetstream()
         self.stream, self.ack_timeout = stream, ack_timeout
         self._inbox = f"_WS_RELAY.{NUID().next().decode()}"
@@ -417,11 +425,11 @@ async def request(nc: Client, subject: str, payload: bytes, timeout: float) -> b
             msg = await nc.request(subject, payload, timeout=max(deadline - loop.time(), 0.1))
             return bytes(msg.data)
         except nats.errors.NoRespondersError:
-            if loop.time() + 0.2 > deadline:
+            if loop.time() + NO_HUB_POLL > deadline:
                 raise TimeoutError(
                     f"no hub answers on {subject}; is `wingsmith up` running?"
                 ) from None
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(NO_HUB_POLL)
         except nats.errors.TimeoutError:
             raise TimeoutError(f"no reply on {subject} within {timeout}s") from None
 
@@ -531,7 +539,7 @@ async def _close_ordered(sub: JetStreamContext.PushSubscription) -> None:
     with contextlib.suppress(nats.errors.ConnectionClosedError):
         await sub.unsubscribe()
     for task in list(getattr(sub._sub._jsi, "wingsmith_recreating", ())):
-        await cancel_and_wait(task)
+        await _cancel_and_wait(task)
 
 
 async def read_stream(
@@ -565,13 +573,14 @@ async def read_stream(
         await _close_ordered(sub)
 
 
-async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    """Cancel a task and wait until it has ended. nats-py waits with asyncio.wait_for, which on
-    Python 3.11 can swallow a cancellation that lands while it completes, so a task reading from
-    NATS is cancelled again until it ends."""
+async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel one of nats-py's own tasks and wait until it has ended: nats-py waits with
+    asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands while it
+    completes. Everyone else's tasks end with `services.tasks.cancel_and_wait`, the same
+    loop, which this layer cannot import."""
     while not task.done():
         task.cancel()
-        await asyncio.wait([task], timeout=0.5)
+        await asyncio.wait([task], timeout=CANCEL_AGAIN)
     with contextlib.suppress(BaseException):
         task.result()
 
@@ -585,7 +594,9 @@ async def event_batches(
     nc: Client, after_seq: int, limit: int = 1000
 ) -> AsyncIterator[list[StreamMessage]]:
     """WINGSMITH_EVENTS from after `after_seq`, forever, in batches of what has arrived."""
-    sub, arrived, early = await _ordered(nc, EVENTS_STREAM, "wingsmith.evt.>", after_seq + 1)
+    sub, arrived, early = await _ordered(
+        nc, EVENTS_STREAM, names.every(names.EVENTS), after_seq + 1
+    )
     try:
         while True:
             batch = [await arrived.get()]
@@ -598,20 +609,20 @@ async def event_batches(
         await _close_ordered(sub)
 
 
-PROGRESS_BUCKET = "wingsmith_projector"
 DELETED_HEADER = "Wingsmith-Deleted"
-
-
-def view_bucket(projection: str) -> str:
-    return f"wingsmith_{projection}"
 
 
 def view_stream(projection: str) -> tuple[str, str]:
     """The stream a projection's changes go to, and their subject prefix: render commands go
     to the operators' stream, every other view to the projection stream."""
     if projection == "render":
-        return RENDER_STREAM, RENDER_PREFIX
-    return VIEWS_STREAM, f"{VIEWS_PREFIX}.{projection}"
+        return RENDER_STREAM, names.RENDER
+    return VIEWS_STREAM, names.view_prefix(projection)
+
+
+def _kv_subject(bucket: str, key: str) -> str:
+    """The subject the server keeps `key` of `bucket` under (`>`: every key)."""
+    return f"$KV.{bucket}.{key}"
 
 
 class Unpublishable(Exception):
@@ -748,7 +759,9 @@ class ViewPublisher:
         return await self._js.publish_async(f"{prefix}.{token}", payload, headers=headers)
 
     async def progress(self, progress: dict[str, Any]) -> None:
-        await self._js.publish_async(f"$KV.{PROGRESS_BUCKET}.position", orjson.dumps(progress))
+        await self._js.publish_async(
+            _kv_subject(PROGRESS_BUCKET, PROGRESS_KEY), orjson.dumps(progress)
+        )
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait for every acknowledgement; `PublishFailed` if a change was refused or an
@@ -779,12 +792,14 @@ async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, byte
     bucket = view_bucket(projection)
     views: dict[str, tuple[int, bytes | None]] = {}
     try:
-        stream = read_stream(nc, f"KV_{bucket}", f"$KV.{bucket}.>", follow=False, start="last")
+        stream = read_stream(
+            nc, names.bucket_stream(bucket), _kv_subject(bucket, ">"), follow=False, start="last"
+        )
         messages = [m async for m in stream]
     except NotFoundError:  # no projector has run yet
         return views
     for m in messages:
-        key = key_value(m.subject.removeprefix(f"$KV.{bucket}."))
+        key = key_value(m.subject.removeprefix(_kv_subject(bucket, "")))
         deleted = m.headers.get("KV-Operation") in {"DEL", "PURGE"}
         views[key] = (int(m.headers.get(POSITION_HEADER, 0)), None if deleted else m.data)
     return views
@@ -793,14 +808,14 @@ async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, byte
 async def follow_progress(nc: Client) -> AsyncGenerator[dict[str, Any], None]:
     """The projector's progress now, then each time it moves; before a projector has run,
     nothing until one does."""
-    bucket = f"KV_{PROGRESS_BUCKET}"
+    bucket = names.bucket_stream(PROGRESS_BUCKET)
     while True:
         try:
             await nc.jetstream().stream_info(bucket)
             break
         except NotFoundError:
-            await asyncio.sleep(0.5)
-    subject = f"$KV.{PROGRESS_BUCKET}.position"
+            await asyncio.sleep(PROGRESS_POLL)
+    subject = _kv_subject(PROGRESS_BUCKET, PROGRESS_KEY)
     stream = read_stream(nc, bucket, subject, follow=True, start="last")
     async with contextlib.aclosing(stream):
         async for message in stream:
@@ -812,7 +827,7 @@ async def projector_progress(nc: Client) -> dict[str, Any] | None:
     """What the projector last reported: store position, stream sequence, event time."""
     try:
         kv = await nc.jetstream().key_value(PROGRESS_BUCKET)
-        entry = await kv.get("position")
+        entry = await kv.get(PROGRESS_KEY)
     except NotFoundError:  # no projector has run yet
         return None
     return orjson.loads(entry.value) if entry.value else None
@@ -845,7 +860,7 @@ def observation_consumer_config(durable: str = HUB_CONSUMER) -> ConsumerConfig:
     return ConsumerConfig(
         name=durable,
         durable_name=durable,
-        filter_subject=f"{OBS_PREFIX}.>",
+        filter_subject=names.every(names.OBSERVATIONS),
         ack_wait=30.0,
         # Reports a cluster's rate holds back wait for redelivery, outstanding: the window is
         # large so that a runaway's backlog never fills it and holds back the other clusters.
@@ -861,12 +876,13 @@ async def observation_batches(
     resumes after the last one it acknowledged, within the stream's seven days."""
     js = nc.jetstream()
     config = observation_consumer_config(durable)
-    sub = await js.pull_subscribe(f"{OBS_PREFIX}.>", durable, stream=OBS_STREAM, config=config)
+    subject = names.every(names.OBSERVATIONS)
+    sub = await js.pull_subscribe(subject, durable, stream=OBS_STREAM, config=config)
     await _widen_window(js, durable)
     try:
         while True:
             try:
-                msgs = await sub.fetch(batch, timeout=1.0)
+                msgs = await sub.fetch(batch, timeout=FETCH_WAIT)
             except TimeoutError:  # nothing new (nats-py raises its own or asyncio's)
                 continue
             yield [_delivery(OBS_STREAM, m) for m in msgs]
@@ -892,7 +908,7 @@ async def publish_observation(
     """What an operator reports, on `wingsmith.obs.<cluster>.<kind>`; `msg_id` makes a resend
     harmless."""
     await nc.jetstream().publish(
-        f"{OBS_PREFIX}.{cluster_id}.{kind}",
+        names.observation_subject(cluster_id, kind),
         orjson.dumps(payload),
         stream=OBS_STREAM,
         headers={"Nats-Msg-Id": msg_id},
@@ -942,7 +958,7 @@ async def connect_operator(
     )
 
 
-def render_consumer_config(cluster_id: str, ack_wait: float = 60.0) -> ConsumerConfig:
+def render_consumer_config(cluster_id: str, ack_wait: float = RENDER_ACK_WAIT) -> ConsumerConfig:
     """The operator's durable pull consumer: its cluster's subjects only, starting from the
     latest message of each (one per deployment)."""
     name = operator_consumer(cluster_id)

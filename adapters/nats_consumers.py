@@ -16,20 +16,13 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 
-from wingsmith.adapters.dead_letters import DEAD_STREAM
-from wingsmith.adapters.nats_bus import (
-    EVENTS_STREAM,
-    OBS_PREFIX,
-    OBS_STREAM,
-    RENDER_STREAM,
-    VIEWS_STREAM,
-)
+from wingsmith.domain import names
+from wingsmith.domain.names import OBS_STREAM
 
 # The contract's streams, and the KV buckets (`wingsmith_<projection>`, `wingsmith_projector`),
 # whose streams are `KV_<bucket>`. Other streams on a shared server are not ours to sweep.
-WINGSMITH_STREAMS = frozenset({EVENTS_STREAM, RENDER_STREAM, OBS_STREAM, VIEWS_STREAM, DEAD_STREAM})
-KV_PREFIX = "KV_wingsmith_"
-HEARTBEAT = "heartbeat"  # the kind of observation every operator sends every few seconds
+WINGSMITH_STREAMS = frozenset(names.STREAMS)
+KV_PREFIX = names.bucket_stream(names.BUCKET_PREFIX)
 
 
 def is_wingsmith_stream(name: str) -> bool:
@@ -82,10 +75,10 @@ class NatsConsumerAdmin:
         return found
 
     async def _streams(self) -> list[str]:
-        names: list[str] = []
-        while page := await self._js.streams_info(offset=len(names)):
-            names += (info.config.name or "" for info in page)
-        return [name for name in names if is_wingsmith_stream(name)]
+        streams: list[str] = []
+        while page := await self._js.streams_info(offset=len(streams)):
+            streams += (info.config.name or "" for info in page)
+        return [name for name in streams if is_wingsmith_stream(name)]
 
     async def _consumer_page(self, stream: str, offset: int) -> list[ConsumerInfo]:
         try:
@@ -99,7 +92,7 @@ class NatsConsumerAdmin:
         the same configuration that grants its permissions put the message there."""
         try:
             info = await self._js.stream_info(
-                OBS_STREAM, subjects_filter=f"{OBS_PREFIX}.*.{HEARTBEAT}"
+                OBS_STREAM, subjects_filter=names.observation_subject("*", names.HEARTBEAT)
             )
         except NotFoundError:
             return set()

@@ -16,6 +16,7 @@ from pydantic import (
     StringConstraints,
 )
 
+from wingsmith.domain import names
 from wingsmith.domain.admission import Decision, Placement
 from wingsmith.domain.base import Writer
 from wingsmith.domain.contracts import reports as r
@@ -306,4 +307,4 @@ COMMANDS: dict[str, type[Command]] = {
 
 def json_schemas() -> dict[str, dict[str, Any]]:
     """The JSON Schema of every command, keyed by its full subject."""
-    return {f"wingsmith.cmd.{s}": cls.model_json_schema() for s, cls in COMMANDS.items()}
+    return {names.command_subject(s): cls.model_json_schema() for s, cls in COMMANDS.items()}

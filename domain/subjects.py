@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from wingsmith.domain.names import EVENTS
+
 SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 ESCAPE = "="
 EMPTY = "="  # the token of the empty value: `=` is otherwise always followed by two hex digits
@@ -32,8 +34,6 @@ _DIGEST_HEX = 32
 _ESCAPED = re.compile(r"=([0-9A-F]{2})")
 _ALL_SAFE = re.compile(r"[-_A-Za-z0-9]+")
 _SAFE_KEY = re.compile(r"[-_A-Za-z0-9]+(?:\.[-_A-Za-z0-9]+)*")
-
-EVENTS = "wingsmith.evt"
 
 
 def token(value: str) -> str:

@@ -1,79 +1,43 @@
-"""Settings from the environment, with defaults that run on a laptop."""
+"""Settings from the environment, with defaults that run on a laptop.
+
+The variables are read by pydantic-settings (services/environment.py), only when settings are
+asked for: the command line's REST client reads this module for its file names alone.
+"""
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wingsmith.adapters import nats_bus
-from wingsmith.adapters.nats_auth import Credentials, credentials_from_env
-from wingsmith.domain.commands import OBSERVATION_PREFIX
+from wingsmith.adapters.nats_auth import (
+    PASSWORD_VARIABLE,
+    USER_VARIABLE,
+    Credentials,
+    credentials_from_env,
+)
 
-_YES = {"1", "true", "yes", "on"}
-_NO = {"0", "false", "no", "off"}
+if TYPE_CHECKING:
+    from wingsmith.adapters.nats_bus import Connection
+    from wingsmith.services.environment import Environment
 
-
-def _flag(env: dict[str, str], variable: str, default: bool = False) -> bool:
-    """A switch: unset keeps its default, and only a clear word for the other answer turns it
-    (so a switch that is on stays on unless told 0, false, no or off)."""
-    text = (env.get(variable) or "").strip().lower()
-    return text not in _NO if default else text in _YES
-
-
-MIN_TOKEN = 16
 API_TOKEN_FILE = "api.token"  # in the data directory: the token `wingsmith up` made
 API_URL_FILE = "api.url"  # where `wingsmith up` serves the API, for the CLI
+DEFAULT_DATA_DIR = ".wingsmith"
 
 
 def data_dir_from(env: dict[str, str]) -> Path:
-    return Path(env.get("WINGSMITH_DATA_DIR") or ".wingsmith").resolve()
+    return _data_dir(env.get("WINGSMITH_DATA_DIR"))
 
 
-def _listen(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"WINGSMITH_API_LISTEN must be HOST:PORT, not {text!r}")
-    return host.strip("[]"), int(port)
+def _data_dir(text: str | None) -> Path:
+    return Path(text or DEFAULT_DATA_DIR).resolve()
 
 
-def _number(env: dict[str, str], variable: str, default: float, low: float, high: float) -> float:
-    """A number from `low` to `high`; unset or empty keeps the default."""
-    text = env.get(variable) or str(default)
-    try:
-        value = float(text)
-    except ValueError:
-        value = low - 1  # refused below, with the same message as one out of range
-    if not low <= value <= high:
-        raise ValueError(f"{variable} must be a number from {low:g} to {high:g}, not {text!r}")
-    return value
+def _environment(env: dict[str, str] | None) -> Environment:
+    from wingsmith.services.environment import read  # pydantic-settings, only when asked
 
-
-def _whole(env: dict[str, str], variable: str, default: int, least: int = 1) -> int:
-    """A whole number of at least `least`; unset or empty keeps the default."""
-    text = env.get(variable) or str(default)
-    if not text.isdigit() or int(text) < least:
-        raise ValueError(f"{variable} must be a whole number of at least {least}, not {text!r}")
-    return int(text)
-
-
-def _sweep(env: dict[str, str]) -> float:
-    """WINGSMITH_CONSUMER_SWEEP: 0 turns the sweep off (docs/nats-security.md says what that
-    gives up); otherwise at least 0.1 s, so a sweep never runs back to back with the last."""
-    variable = "WINGSMITH_CONSUMER_SWEEP"
-    seconds = _number(env, variable, 5, 0, 3600)
-    if 0 < seconds < 0.1:
-        raise ValueError(f"{variable} must be 0 (off) or from 0.1 to 3600 seconds, not {seconds:g}")
-    return seconds
-
-
-def _replicas(env: dict[str, str]) -> int:
-    """WINGSMITH_STREAM_REPLICAS: an odd count, so a JetStream cluster keeps a quorum."""
-    text = env.get("WINGSMITH_STREAM_REPLICAS") or "1"
-    if text not in {"1", "3", "5"}:
-        raise ValueError(f"WINGSMITH_STREAM_REPLICAS must be 1, 3 or 5, not {text!r}")
-    return int(text)
+    return read(env)
 
 
 @dataclass(frozen=True)
@@ -87,66 +51,12 @@ class HealthLimits:
     stall_seconds: float = 30.0
 
     @classmethod
-    def from_env(cls, env: dict[str, str]) -> HealthLimits:
-        def lag(name: str, default: int) -> int:
-            return _whole(env, f"WINGSMITH_HEALTH_{name}_LAG", default)
-
-        return cls(
-            relay_lag=lag("RELAY", cls.relay_lag),
-            projector_lag=lag("PROJECTOR", cls.projector_lag),
-            scheduler_lag=lag("SCHEDULER", cls.scheduler_lag),
-            stall_seconds=_number(env, "WINGSMITH_HEALTH_STALL", cls.stall_seconds, 1, 86_400),
-        )
+    def from_env(cls, env: dict[str, str] | None = None) -> HealthLimits:
+        return _health(_environment(env))
 
 
-TOKEN_NAME = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,31}$")
-
-
-def _tokens(env: dict[str, str], variable: str) -> dict[str, str]:
-    """`name:token,name:token`: each bearer token with the name it stands for (the name goes
-    into the ids of the commands it sends). An error never shows a token."""
-    tokens: dict[str, str] = {}
-    entries = [e.strip() for e in env.get(variable, "").split(",") if e.strip()]
-    for number, entry in enumerate(entries, 1):
-        name, _, token = entry.partition(":")
-        if not TOKEN_NAME.match(name) or len(token) < MIN_TOKEN:
-            raise ValueError(
-                f"{variable}: entry {number} is not NAME:TOKEN (a name of letters, digits and "
-                f"-_. up to 32; a token of at least {MIN_TOKEN} characters)"
-            )
-        if f"{name}:" == OBSERVATION_PREFIX:  # its commands' ids would be `obs:<uuid>`
-            raise ValueError(f"{variable}: entry {number}: the name {name!r} is reserved")
-        tokens[token] = name
-    return tokens
-
-
-_SIZE = re.compile(r"^(WINGSMITH_[A-Z]+)=([0-9]+)([KMG]?)$")
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-
-
-def _stream_sizes(env: dict[str, str]) -> dict[str, int]:
-    """`WINGSMITH_EVENTS=16G,WINGSMITH_PROJ=4G`: each stream's size limit, in bytes. A name that
-    is no stream's is refused: a misspelt one would otherwise leave its stream at the default."""
-    # Imported here, not above: the CLI's HTTP client reads this module's file names and has
-    # no use for the NATS client that adapters.nats_bus brings in.
-    from wingsmith.adapters.nats_bus import STREAMS
-
-    streams = [config.name or "" for config in STREAMS]
-    variable = "WINGSMITH_STREAM_MAX_BYTES"
-    sizes: dict[str, int] = {}
-    for entry in (e.strip() for e in env.get(variable, "").split(",") if e.strip()):
-        found = _SIZE.match(entry)
-        if found is None or int(found[2]) == 0:
-            raise ValueError(
-                f"{variable}: {entry!r} is not STREAM=SIZE "
-                "(e.g. WINGSMITH_EVENTS=16G; K, M or G, or bytes)"
-            )
-        if found[1] not in streams:
-            raise ValueError(
-                f"{variable}: {found[1]!r} is no stream; the streams are {', '.join(streams)}"
-            )
-        sizes[found[1]] = int(found[2]) * _UNITS[found[3]]
-    return sizes
+def _health(e: Environment) -> HealthLimits:
+    return HealthLimits(e.relay_lag, e.projector_lag, e.scheduler_lag, e.stall_seconds)
 
 
 @dataclass(frozen=True)
@@ -180,36 +90,35 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ) if env is None else env
+        e = _environment(env)
+        login = {USER_VARIABLE: e.nats_user, PASSWORD_VARIABLE: e.nats_password}
         return cls(
-            observation_rate=_number(env, "WINGSMITH_OBS_RATE", 200.0, 1, 1_000_000),
-            observation_burst=_number(env, "WINGSMITH_OBS_BURST", 5000.0, 1, 10_000_000),
-            stream_max_bytes=_stream_sizes(env),
-            nats_url=env.get("WINGSMITH_NATS_URL") or None,
-            store_url=env.get("WINGSMITH_STORE") or None,
-            data_dir=data_dir_from(env),
-            max_command_bytes=_whole(env, "WINGSMITH_MAX_COMMAND_BYTES", 64 * 1024, 1024),
-            operator_read_only=_flag(env, "HANGAR_OPERATOR_READ_ONLY"),
-            relay=not _flag(env, "WINGSMITH_NO_RELAY"),
-            projector=_flag(env, "WINGSMITH_PROJECTOR", default=True),
-            admission=_flag(env, "WINGSMITH_ADMISSION", default=True),
-            stream_replicas=_replicas(env),
-            cluster_silence=_number(env, "WINGSMITH_CLUSTER_SILENCE", 30.0, 1, 86_400),
-            intake_max_lag=_number(env, "WINGSMITH_INTAKE_MAX_LAG", 0.25, 0.01, 3_600),
-            operator_sync_every=_number(env, "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0, 0.1, 86_400),
-            nats_credentials=credentials_from_env(env),
-            api_listen=_listen(env.get("WINGSMITH_API_LISTEN") or "127.0.0.1:8080"),
-            api_tokens=_tokens(env, "WINGSMITH_API_TOKENS"),
-            api_read_tokens=_tokens(env, "WINGSMITH_API_READ_TOKENS"),
-            api_header_timeout=_number(env, "WINGSMITH_API_HEADER_TIMEOUT", 10, 0.1, 3600),
-            api_body_timeout=_number(env, "WINGSMITH_API_BODY_TIMEOUT", 15, 0.1, 3600),
-            api_max_connections=_whole(env, "WINGSMITH_API_MAX_CONNECTIONS", 512),
-            consumer_sweep=_sweep(env),
-            health=HealthLimits.from_env(env),
-            checkpoint_seconds=_number(env, "WINGSMITH_CHECKPOINT_SECONDS", 10.0, 0.1, 86_400),
-            views_duplicate_window=_number(
-                env, "WINGSMITH_VIEWS_DUPLICATE_WINDOW", 120.0, 0.1, 86_400
-            ),
+            observation_rate=e.observation_rate,
+            observation_burst=e.observation_burst,
+            stream_max_bytes=e.stream_max_bytes,
+            nats_url=e.nats_url,
+            store_url=e.store_url,
+            data_dir=_data_dir(e.data_dir),
+            max_command_bytes=e.max_command_bytes,
+            operator_read_only=e.operator_read_only,
+            relay=not e.no_relay,
+            projector=e.projector,
+            admission=e.admission,
+            stream_replicas=e.stream_replicas,
+            cluster_silence=e.cluster_silence,
+            intake_max_lag=e.intake_max_lag,
+            operator_sync_every=e.operator_sync_every,
+            nats_credentials=credentials_from_env(login),
+            api_listen=e.api_listen,
+            api_tokens=e.api_tokens,
+            api_read_tokens=e.api_read_tokens,
+            api_header_timeout=e.api_header_timeout,
+            api_body_timeout=e.api_body_timeout,
+            api_max_connections=e.api_max_connections,
+            consumer_sweep=e.consumer_sweep,
+            health=_health(e),
+            checkpoint_seconds=e.checkpoint_seconds,
+            views_duplicate_window=e.views_duplicate_window,
         )
 
     @property
@@ -241,9 +150,11 @@ class Settings:
 
 async def connect(
     settings: Settings, name: str, url: str | None = None, *, operator_of: str | None = None
-) -> nats_bus.Connection:
+) -> Connection:
     """A NATS connection as `name`, logged in with the configured credentials, if any; with
     `operator_of`, the connection of that cluster's operator (replies under its own inbox)."""
+    from wingsmith.adapters import nats_bus  # the NATS client, only for those who connect
+
     login = settings.nats_credentials
     url = url or settings.resolved_nats_url()
     user, password = (login.user, login.password) if login else (None, None)

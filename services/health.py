@@ -11,8 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from wingsmith.adapters import nats_bus
-
-HEALTH_SUBJECT = "wingsmith.cmd.hub.health"  # under wingsmith.cmd: every client role may ask
+from wingsmith.domain.names import HEALTH_SUBJECT
 
 
 class Status(StrEnum):

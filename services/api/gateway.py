@@ -17,14 +17,17 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 import orjson
 
 from wingsmith.adapters import nats_bus
-from wingsmith.domain import subjects
+from wingsmith.domain import names, subjects
 from wingsmith.domain.commands import Command
 from wingsmith.domain.contracts.replies import Done, Refused, Reply
 from wingsmith.projections.base import View
+from wingsmith.services.tasks import Backoff, stop_all, supervise
 
 log = logging.getLogger(__name__)
 
-PROJ_PREFIX = f"{nats_bus.VIEWS_PREFIX}."
+FOLLOW_AGAIN = Backoff(first=1.0, cap=10.0, jitter=0.5)  # after a follower failed or ended
+
+PROJ_PREFIX = f"{names.VIEWS}."
 
 
 class Views:
@@ -81,26 +84,25 @@ class Gateway:
     async def run(self) -> None:
         """Follow the views and the progress until cancelled, each starting over after an error
         (the views from their latest values, kept meanwhile to answer with)."""
-        await asyncio.gather(
-            self._forever("view mirror", self._mirror),
-            self._forever("projector progress", self._progress),
-        )
-
-    async def _forever(self, what: str, follow: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            try:
-                await follow()
-            except Exception as e:
-                log.warning("%s: %s: %s; starting over", what, type(e).__name__, e)
-            await asyncio.sleep(1.0)
+        followers = {"view mirror": self._mirror, "projector progress": self._progress}
+        tasks = [
+            asyncio.create_task(
+                supervise(name, _again(follow), FOLLOW_AGAIN, logger=log), name=name
+            )
+            for name, follow in followers.items()
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await stop_all(tasks)
 
     async def _mirror(self) -> None:
-        target = await nats_bus.last_seq(self.nc, nats_bus.VIEWS_STREAM)
+        target = await nats_bus.last_seq(self.nc, names.VIEWS_STREAM)
         fresh = Views()
         if target == 0:
             self._swap(fresh)
         stream = nats_bus.read_stream(
-            self.nc, nats_bus.VIEWS_STREAM, f"{PROJ_PREFIX}>", follow=True, start="last"
+            self.nc, names.VIEWS_STREAM, f"{PROJ_PREFIX}>", follow=True, start="last"
         )
         try:
             async with contextlib.aclosing(stream):
@@ -130,7 +132,7 @@ class Gateway:
         """The hub's reply to `command`. A successful one says whether the views include its
         effects (`consistent`): it is false when they did not within the timeout, or when the
         hub cannot say where its events are (a resend answered from an old receipt)."""
-        subject = f"wingsmith.cmd.{command.subject}"
+        subject = names.command_subject(command.subject)
         raw = await nats_bus.request(
             self.nc, subject, command.model_dump_json().encode(), self.command_timeout
         )
@@ -149,7 +151,7 @@ class Gateway:
             async with asyncio.timeout(self.consistency_timeout):
                 if position is not None:
                     await self._until(lambda: self.projected >= position)
-                target = await nats_bus.last_seq(self.nc, nats_bus.VIEWS_STREAM)
+                target = await nats_bus.last_seq(self.nc, names.VIEWS_STREAM)
                 await self._until(lambda: self.views.seq >= target)
         except (TimeoutError, nats_bus.NatsError):
             return False
@@ -164,8 +166,19 @@ class Gateway:
     ) -> AsyncGenerator[nats_bus.StreamMessage, None]:
         """Events on `subject` from stream sequence `since`, to the end of the stream."""
         stream = nats_bus.read_stream(
-            self.nc, nats_bus.EVENTS_STREAM, subject, follow=False, start=since
+            self.nc, names.EVENTS_STREAM, subject, follow=False, start=since
         )
         async with contextlib.aclosing(stream):
             async for message in stream:
                 yield message
+
+
+def _again(follow: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """`follow`, started again after a pause each time it ends, as after a failure."""
+
+    async def forever() -> None:
+        while True:
+            await follow()
+            await asyncio.sleep(FOLLOW_AGAIN.first)
+
+    return forever

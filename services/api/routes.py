@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from wingsmith.adapters import nats_bus
 from wingsmith.domain import commands as c
-from wingsmith.domain import subjects
+from wingsmith.domain import names, subjects
 from wingsmith.domain.contracts import views as v
 from wingsmith.domain.contracts.replies import Accepted, Result
 from wingsmith.domain.deployment import AdmissionPhase
@@ -540,7 +540,7 @@ def _subject(aggregate: str | None) -> tuple[str, bool]:
     """The events' subject, and whether it is one aggregate's whole history (small enough to
     fold from its first event)."""
     if aggregate is None:
-        return "wingsmith.evt.>", False
+        return names.every(names.EVENTS), False
     match = AGGREGATE.match(aggregate)
     if match is None:
         raise Problem(
@@ -549,5 +549,5 @@ def _subject(aggregate: str | None) -> tuple[str, bool]:
             field="query.aggregate",
         )
     if match["id"]:
-        return f"{subjects.EVENTS}.{match['kind']}.{subjects.token(match['id'])}.*", True
-    return f"{subjects.EVENTS}.{match['kind']}.>", False
+        return f"{names.EVENTS}.{match['kind']}.{subjects.token(match['id'])}.*", True
+    return f"{names.EVENTS}.{match['kind']}.>", False

@@ -18,6 +18,7 @@ from wingsmith.services.api.app import Tokens, create_app
 from wingsmith.services.api.gateway import Gateway
 from wingsmith.services.api.protocol import HttpLimits, protocol_for
 from wingsmith.services.config import Settings, connect
+from wingsmith.services.tasks import cancel_and_wait
 
 
 class _Server(uvicorn.Server):
@@ -41,7 +42,7 @@ async def serving(
     gateway = Gateway(nc)
     async with contextlib.AsyncExitStack() as stack:
         mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
-        stack.push_async_callback(nats_bus.cancel_and_wait, mirror)
+        stack.push_async_callback(cancel_and_wait, mirror)
         async with asyncio.timeout(60):
             await gateway.ready.wait()
         listener = _listen(host, port)

@@ -18,9 +18,9 @@ import orjson
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.checkpoints import CheckpointStore
-from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM, Component
+from wingsmith.adapters.dead_letters import Component
 from wingsmith.adapters.store import StoreThread, store_env
-from wingsmith.domain import subjects
+from wingsmith.domain import names, subjects
 from wingsmith.projections.audit import Entry, Timeline
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.cli.terminal import Progress
@@ -40,11 +40,11 @@ def events(parser: argparse.ArgumentParser) -> None:
 
 async def _events(args: argparse.Namespace) -> int:
     parts = (args.aggregate, args.id, args.type)
-    subject = ".".join([subjects.EVENTS, *(p if p == "*" else subjects.token(p) for p in parts)])
+    subject = ".".join([names.EVENTS, *(p if p == "*" else subjects.token(p) for p in parts)])
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
-            nc, nats_bus.EVENTS_STREAM, subject, follow=args.follow, start=args.since
+            nc, names.EVENTS_STREAM, subject, follow=args.follow, start=args.since
         )
         with contextlib.suppress(asyncio.CancelledError):
             async for message in stream:
@@ -80,11 +80,11 @@ def dead_letters(parser: argparse.ArgumentParser) -> None:
 
 
 async def _dead_letters(args: argparse.Namespace) -> int:
-    subject = f"{DEAD_PREFIX}.{args.component}"
+    subject = names.dead_subject(args.component)
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
         stream = nats_bus.read_stream(
-            nc, DEAD_STREAM, subject, follow=args.follow, start=args.since
+            nc, names.DEAD_STREAM, subject, follow=args.follow, start=args.since
         )
         with contextlib.suppress(asyncio.CancelledError):
             async for m in stream:
@@ -241,17 +241,15 @@ async def _audit(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{args.ref!r} is not an aggregate reference like deployment:llama--east"
             )
-        subject = f"{subjects.EVENTS}.{kind}.{subjects.token(key)}.*"
+        subject = f"{names.EVENTS}.{kind}.{subjects.token(key)}.*"
         start, wanted = 1, None
     else:
-        subject, start, wanted = "wingsmith.evt.>", args.since or 1, args.correlation
+        subject, start, wanted = names.every(names.EVENTS), args.since or 1, args.correlation
     needle = orjson.dumps(wanted)
     timeline = Timeline()
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
-        stream = nats_bus.read_stream(
-            nc, nats_bus.EVENTS_STREAM, subject, follow=False, start=start
-        )
+        stream = nats_bus.read_stream(nc, names.EVENTS_STREAM, subject, follow=False, start=start)
         async for m in stream:
             if wanted is None or needle in m.data:  # cheap test before decoding
                 e = orjson.loads(m.data)

@@ -17,6 +17,7 @@ import orjson
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.store import StoreThread
+from wingsmith.domain import names
 from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.services.api.server import running_api
 from wingsmith.services.cli.shared import cluster_id, stop_on_signals
@@ -148,7 +149,7 @@ async def _demo(nc: nats_bus.Connection, clusters: dict[str, list[SimNode]]) -> 
         for _ in range(50):  # the hub answers once its command service runs
             try:
                 answer = await nats_bus.request(
-                    nc, f"wingsmith.cmd.{subject}", orjson.dumps(body), 2.0
+                    nc, names.command_subject(subject), orjson.dumps(body), 2.0
                 )
             except nats_bus.NatsError:
                 await asyncio.sleep(0.2)

@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 
 from wingsmith.adapters import nats_bus
+from wingsmith.domain import names
 from wingsmith.domain.commands import json_schemas
 from wingsmith.domain.values import Backend as EngineBackend
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.health import NoHealth, Status
 from wingsmith.services.health import ask as ask_health
-from wingsmith.services.operator.backends.simulated import fault_subject
 
 
 def sim_fault(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +57,9 @@ async def _sim_fault(args: argparse.Namespace) -> int:
         }
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
-        reply = await nats_bus.request(nc, fault_subject(args.cluster_id), orjson.dumps(body), 5.0)
+        reply = await nats_bus.request(
+            nc, names.fault_subject(args.cluster_id), orjson.dumps(body), 5.0
+        )
     finally:
         await nc.close()
     print(reply.decode())
@@ -79,7 +81,9 @@ async def _cmd(args: argparse.Namespace) -> int:
     if isinstance(body, dict) and "command_id" not in body:
         body["command_id"] = f"cli-{uuid.uuid4().hex}"
     subject = (
-        args.subject if args.subject.startswith("wingsmith.") else f"wingsmith.cmd.{args.subject}"
+        args.subject
+        if args.subject.startswith("wingsmith.")
+        else names.command_subject(args.subject)
     )
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:

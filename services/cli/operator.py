@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 
-from wingsmith.adapters import nats_bus
 from wingsmith.adapters.kube import Kube
 from wingsmith.services.cli.shared import cluster_id, stop_on_signals
 from wingsmith.services.config import Settings, connect
@@ -14,6 +13,7 @@ from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1
 from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
+from wingsmith.services.tasks import cancel_and_wait
 
 
 def operator(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ async def _operator(args: argparse.Namespace) -> int:
                 )
                 backend: Backend = cluster
                 faults = asyncio.create_task(cluster.serve_faults(nc), name="faults")
-                stack.push_async_callback(nats_bus.cancel_and_wait, faults)
+                stack.push_async_callback(cancel_and_wait, faults)
             else:
                 kube = await stack.enter_async_context(
                     Kube(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)

@@ -31,8 +31,10 @@ import orjson
 from pydantic import ValidationError
 
 from wingsmith.adapters.dead_letters import Component, DeadLetters, SetAside
-from wingsmith.adapters.nats_bus import MAX_REPORT, OBS_PREFIX, Delivery
+from wingsmith.adapters.nats_bus import MAX_REPORT, Delivery
 from wingsmith.domain import commands as c
+from wingsmith.domain import names
+from wingsmith.services.tasks import supervise
 from wingsmith.services.wire import DuplicateKey, loads
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ class Refused(ValueError):
 def parse(subject: str, data: bytes, msg_id: str) -> c.Command:
     """The command an observation asks for; `Refused` names what is wrong with it."""
     parts = subject.split(".")
-    if len(parts) != 4 or ".".join(parts[:2]) != OBS_PREFIX or parts[3] not in KINDS:
+    if len(parts) != 4 or ".".join(parts[:2]) != names.OBSERVATIONS or parts[3] not in KINDS:
         raise Refused(f"{subject}: not an observation subject (kinds: {', '.join(KINDS)})")
     cluster_id, kind = parts[2], parts[3]
     body = _object(subject, data)
@@ -199,13 +201,13 @@ async def ingest(
     """Follow the observations for as long as the hub runs; after a failure, start again from
     the first one not acknowledged."""
     intake = Intake(execute, heard, dead or DeadLetters(None), buckets or Buckets())
-    while True:
-        try:
+
+    async def follow() -> None:
+        while True:  # the batches never end but by failing; should they, start again at once
             async for batch in batches():
                 await intake.handle(batch)
-        except Exception as e:
-            log.warning("observations: %s: %s; resuming", type(e).__name__, e)
-            await asyncio.sleep(0.5)
+
+    await supervise("observations", follow, logger=log)
 
 
 @dataclass

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from wingsmith.adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, operator_consumer
-from wingsmith.adapters.nats_bus import Connection, cancel_and_wait
+from wingsmith.adapters.nats_auth import operator_consumer
+from wingsmith.adapters.nats_bus import Connection
 from wingsmith.adapters.nats_consumers import ConsumerSeen, NatsConsumerAdmin
+from wingsmith.domain.names import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM
+from wingsmith.services.tasks import Backoff, cancel_and_wait, supervise
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 # 5 s without interest; one kept longer than this is a durable one in all but name.
 MAX_EPHEMERAL_IDLE = 300.0
 DEFAULT_SWEEP = 5.0  # seconds between sweeps (WINGSMITH_CONSUMER_SWEEP)
+FAILING_CAP = 60.0  # seconds at most between sweeps that keep failing
 
 Key = tuple[str, str, datetime]  # stream, name, created: one consumer, not a later namesake
 
@@ -107,7 +110,8 @@ def valid_cluster_id(cluster_id: str) -> bool:
 @dataclass
 class ConsumerJanitor:
     """Sweeps every `every` seconds until cancelled; a sweep that fails (the server away for a
-    moment) is logged and the next one tries again."""
+    moment) is logged and tried again, `every` seconds later at first, then less often while
+    it keeps failing."""
 
     admin: ConsumerAdmin
     every: float = DEFAULT_SWEEP
@@ -115,7 +119,6 @@ class ConsumerJanitor:
     removed: int = 0  # consumers deleted since the hub started
     sweeps: int = 0  # sweeps completed
     suspects: frozenset[Key] = field(default_factory=frozenset)
-    _failing: bool = False
 
     async def sweep(self) -> list[ConsumerSeen]:
         """One sweep; what it deleted."""
@@ -131,14 +134,13 @@ class ConsumerJanitor:
         return deleted
 
     async def run(self) -> None:
+        # NATS errors and timeouts alike: the sweep is tried again
+        backoff = Backoff(first=self.every, cap=max(self.every, FAILING_CAP), jitter=self.every / 2)
+        await supervise("consumer sweep", self._sweeps, backoff, logger=log)
+
+    async def _sweeps(self) -> None:
         while True:
-            try:
-                await self.sweep()
-                self._failing = False
-            except Exception as e:  # NATS errors and timeouts alike: try again next time
-                level = logging.DEBUG if self._failing else logging.WARNING
-                log.log(level, "consumer sweep failed: %s: %s", type(e).__name__, e)
-                self._failing = True
+            await self.sweep()
             await asyncio.sleep(self.every)
 
     @contextlib.asynccontextmanager

@@ -16,8 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from wingsmith.domain.commands import SILENCE_PREFIX, Command, SetClusterReachability
+from wingsmith.services.tasks import supervise
 
 log = logging.getLogger(__name__)
+
+LOOKS_PER_SILENCE = 4  # a silent cluster is marked at most a quarter of the silence late
 
 Execute = Callable[[Command], Awaitable[dict[str, Any]]]
 
@@ -49,8 +52,11 @@ class Liveness:
         ]
 
     async def run(self) -> None:
+        await supervise("liveness", self._watch, logger=log)
+
+    async def _watch(self) -> None:
         while True:
-            await asyncio.sleep(self.silence / 4)
+            await asyncio.sleep(self.silence / LOOKS_PER_SILENCE)
             for cluster in self.silent():
                 await self._mark_unreachable(cluster)
 

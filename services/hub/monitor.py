@@ -39,10 +39,12 @@ from wingsmith.services.health import (
 )
 from wingsmith.services.hub.relay import Relay
 from wingsmith.services.hub.supervisor import ChildState, Supervisor
+from wingsmith.services.tasks import Backoff, supervise
 
 log = logging.getLogger(__name__)
 
 REFRESH = 1.0  # seconds between looks at the stages
+HEALTH_RETRY = Backoff(first=REFRESH, cap=5.0)  # after a look that failed
 PROBE_EVERY = 5.0  # seconds between write probes of the store
 STORE_TIMEOUT = 5.0  # a store call slower than this counts as a failure
 
@@ -89,12 +91,13 @@ class HealthMonitor:
         self._movers = {stage: _Mover() for stage in Stage}
 
     async def run(self) -> None:
-        """Look at every stage each `REFRESH` seconds until cancelled."""
+        """Look at every stage each `REFRESH` seconds until cancelled. A look that fails never
+        stops the hub: it is logged and looked again, and the report ages meanwhile."""
+        await supervise("health", self._refreshes, HEALTH_RETRY, logger=log)
+
+    async def _refreshes(self) -> None:
         while True:
-            try:
-                await self.refresh()
-            except Exception as e:  # never let health stop the hub; the report ages instead
-                log.warning("health: %s: %s", type(e).__name__, e)
+            await self.refresh()
             await asyncio.sleep(REFRESH)
 
     async def refresh(self) -> None:

@@ -34,6 +34,7 @@ from wingsmith.domain.subjects import key_subject
 from wingsmith.projections.base import Fold, Keys, Projection, failure
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.hub.relay import event_type, to_message
+from wingsmith.services.tasks import supervise
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +108,21 @@ class Projector:
         """Follow the stream until cancelled; a batch being applied is never cut in half. After
         a failure (a server restart losing acknowledgements), start again from the checkpoint:
         the changes folded again are published only where the streams do not hold them yet."""
-        while True:
-            try:
-                await self._restore()
-                batches = _with_pauses(self._source(self.seq), self.checkpoint_every)
-                async with contextlib.aclosing(batches):
-                    async for batch in batches:
-                        self._busy = asyncio.ensure_future(self._step(batch))
-                        await asyncio.shield(self._busy)
-            except Exception as e:
-                log.warning("projector: %s: %s; resuming from the checkpoint", type(e).__name__, e)
-                self._event_time = None  # what was folded may be unpublished: never checkpoint it
-                await asyncio.sleep(0.5)
+        await supervise("projector", self._follow, on_failure=self._failed, logger=log)
+
+    async def _follow(self) -> None:
+        while True:  # the source never ends but by failing; should it, resume at once
+            await self._restore()
+            batches = _with_pauses(self._source(self.seq), self.checkpoint_every)
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    self._busy = asyncio.ensure_future(self._step(batch))
+                    await asyncio.shield(self._busy)
+
+    def _failed(self, _: Exception) -> None:
+        """Resume from the checkpoint: what was folded may be unpublished, so it is never
+        checkpointed."""
+        self._event_time = None
 
     async def close(self) -> None:
         """After `run` is cancelled: finish the batch in hand and checkpoint."""

@@ -23,6 +23,7 @@ from wingsmith.adapters.store import Notification, StoreThread
 from wingsmith.domain import subjects
 from wingsmith.domain.base import split_id
 from wingsmith.domain.receipt import CommandReceipt
+from wingsmith.services.tasks import Backoff, supervise
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ READ_LIMIT = 1000
 PUBLISH_LIMIT = 1000
 IDLE_POLL = 1.0
 FED_LIMIT = 20_000  # records handed over and not published yet; beyond, read the store
+# a server restarting, a refused batch: from the tail, soon (clients wait on the relay)
+RESYNC = Backoff(first=0.25, cap=1.0, jitter=0.1)
+MISMATCH_PAUSE = 5.0  # seconds between looks at a stream of another store
 
 
 class StreamMismatch(Exception):
@@ -103,19 +107,20 @@ class Relay:
         self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._sync()
-                await self._follow()
-            except StreamMismatch as e:  # never publish onto a stream of another store
-                self.synced.clear()
-                self.mismatch = str(e)
-                log.error("relay: %s; not publishing until this is resolved", e)
-                await asyncio.sleep(5)
-            except Exception as e:  # a server restarting, a refused batch: start over from the tail
-                self.synced.clear()
-                log.warning("relay: %s: %s; resynchronising", type(e).__name__, e)
-                await asyncio.sleep(0.25)
+        """Publish until cancelled; after a failure, resynchronise from the stream's tail."""
+        await supervise("relay", self._sync_and_follow, RESYNC, on_failure=self._failed, logger=log)
+
+    async def _sync_and_follow(self) -> None:
+        await self._sync()
+        await self._follow()
+
+    def _failed(self, e: Exception) -> float | None:
+        self.synced.clear()
+        if not isinstance(e, StreamMismatch):
+            return None
+        self.mismatch = str(e)  # never publish onto a stream of another store
+        log.error("relay: %s; not publishing until this is resolved", e)
+        return MISMATCH_PAUSE
 
     async def _sync(self) -> None:
         """Resume from the stream's tail and publish everything stored after it."""

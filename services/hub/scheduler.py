@@ -53,6 +53,7 @@ from wingsmith.domain.commands import (
 from wingsmith.services.hub.projector import READ_PAGE
 from wingsmith.services.hub.relay import event_type
 from wingsmith.services.hub.service import Chain
+from wingsmith.services.tasks import supervise
 
 
 def event_subject(note: Notification) -> str:
@@ -144,12 +145,8 @@ class Scheduler:
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._follow()
-            except Exception as e:
-                log.warning("scheduler: %s: %s; starting over from the store", type(e).__name__, e)
-                await asyncio.sleep(0.5)
+        """Follow until cancelled; after a failure, start over from the store."""
+        await supervise("scheduler", self._follow, logger=log)
 
     async def _follow(self) -> None:
         self.ledger, self._own, self._retry = Ledger(), set(), set()

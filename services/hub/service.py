@@ -28,6 +28,7 @@ import orjson
 from pydantic import ValidationError
 
 from wingsmith.adapters.store import Conflict, EventStore, Notification, StoreThread
+from wingsmith.domain import names
 from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
 from wingsmith.domain.contracts.replies import Done, EventRef, Refused, Result
@@ -39,7 +40,7 @@ from wingsmith.services.wire import duplicate_key
 log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Aggregate)
-SUBJECT_PREFIX = "wingsmith.cmd."
+SUBJECT_PREFIX = f"{names.COMMANDS}."
 # Small enough that one batch's replies go out (and its clients send again) while the next
 # batch is saved; large enough that a disk sync is shared by dozens of commands.
 MAX_BATCH = 64

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from wingsmith.adapters.nats_bus import cancel_and_wait
 from wingsmith.adapters.nats_server import die_with_parent
+from wingsmith.services.tasks import Backoff, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ class Supervisor:
         stable_after: float = 60.0,
     ) -> None:
         self.name, self._argv, self._env = name, list(argv), dict(env)
-        self.first_delay, self.max_delay, self.stable_after = first_delay, max_delay, stable_after
+        # one child per hub: no other process's restarts to spread out, so no jitter
+        self.backoff = Backoff(first_delay, max_delay, jitter=0.0, healthy_after=stable_after)
         self._process: asyncio.subprocess.Process | None = None
         self._stopping = False
         self._quick_deaths = 0
@@ -123,9 +124,9 @@ class Supervisor:
         return await process.wait()
 
     async def _back_off(self, code: int, ran: float) -> None:
-        if ran >= self.stable_after:
+        if ran >= self.backoff.healthy_after:
             self._quick_deaths = 0
-        delay = min(self.max_delay, self.first_delay * 2**self._quick_deaths)
+        delay = self.backoff.delay(self._quick_deaths + 1)
         self._quick_deaths += 1
         ended = f"{describe_exit(code)} after {ran:.1f}s"
         restarts = self._status.restarts + 1

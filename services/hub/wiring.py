@@ -18,9 +18,9 @@ from wingsmith.adapters.dead_letters import stored as dead_letters_stored
 from wingsmith.adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import Notification, NotWritable, StoreThread, store_env
+from wingsmith.domain.names import HEALTH_SUBJECT
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.config import Settings, connect
-from wingsmith.services.health import HEALTH_SUBJECT
 from wingsmith.services.hub.backpressure import Backlog, Backpressure
 from wingsmith.services.hub.ingest import Buckets, RateLimit, ingest
 from wingsmith.services.hub.janitor import hub_janitor
@@ -31,8 +31,12 @@ from wingsmith.services.hub.relay import Relay
 from wingsmith.services.hub.scheduler import Scheduler
 from wingsmith.services.hub.service import CommandService
 from wingsmith.services.hub.supervisor import Supervisor, python_module
+from wingsmith.services.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+COMMANDS_DRAIN = 30.0  # seconds the command service gets to answer what it holds, at shutdown
+RELAY_DRAIN = 10.0  # seconds the relay gets to publish what was stored, at shutdown
 
 
 @dataclass
@@ -290,7 +294,7 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
         try:
             yield projector
         finally:
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)
             with contextlib.suppress(Exception):  # without it, the next start replays a little more
                 await projector.close()
 
@@ -303,23 +307,23 @@ async def _shut_down(
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
-    await nats_bus.cancel_and_wait(tasks["health"])  # it reads the store, which closes next
+    await cancel_and_wait(tasks["health"])  # it reads the store, which closes next
     for sender in (
         "ingest",
         "scheduler",
         "liveness",
     ):  # they send commands: stop them before they close
         if sender in tasks:
-            await nats_bus.cancel_and_wait(tasks[sender])
+            await cancel_and_wait(tasks[sender])
     commands.close()
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(COMMANDS_DRAIN):
         await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged
     if relay is not None and not tasks["relay"].done():
         with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(RELAY_DRAIN):
                 await relay.idle()
     if "relay" in tasks:
-        await nats_bus.cancel_and_wait(tasks["relay"])
+        await cancel_and_wait(tasks["relay"])
 
 
 def _ignore(_: object) -> None:

@@ -26,16 +26,22 @@ from typing import Any, Protocol
 import orjson
 
 from wingsmith.adapters import nats_bus
-from wingsmith.domain import subjects
+from wingsmith.domain import names, subjects
 from wingsmith.domain.cluster import OperatorInfo
 from wingsmith.domain.contracts import reports
 from wingsmith.domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.services.tasks import Backoff, stop_all, supervise
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 
 Report = Callable[[reports.Report], Awaitable[None]]  # sends one report to the hub
+
+RESTART = Backoff(first=1.0, cap=10.0, jitter=0.5)  # a part of the operator that failed
+STOP_GIVE_UP = 30.0  # seconds the parts get to end before they are left behind
+SYNC_NOT_YET = 0.5  # seconds before asking again a backend that cannot tell the whole truth yet
+APPLY_AGAIN = 2.0  # seconds before a render message that could not be applied comes back
 
 
 class Backend(Protocol):
@@ -76,7 +82,7 @@ def foreign_cluster(cluster_id: str, subject: str, data: bytes) -> str | None:
     be this cluster's, and so must the deployment it is for (`<workload>--<cluster>`)."""
     parts = subject.split(".", 3)
     if len(parts) != 4 or parts[2] != cluster_id:
-        return f"its subject {subject!r} is not under wingsmith.render.{cluster_id}"
+        return f"its subject {subject!r} is not under {names.RENDER}.{cluster_id}"
     if not data:
         return None  # a removal carries no object
     try:
@@ -148,34 +154,16 @@ async def run_operator(
         "sync": lambda: _syncs(report, backend, options.sync_every),
     }
     tasks = [
-        asyncio.create_task(_forever(name, run, stopping), name=name) for name, run in parts.items()
+        asyncio.create_task(
+            supervise(f"operator {name}", run, RESTART, stopping=stopping, logger=log), name=name
+        )
+        for name, run in parts.items()
     ]
     try:
         await asyncio.gather(*tasks)
     finally:
         stopping.set()
-        await _stop(tasks)
-
-
-async def _stop(tasks: list[asyncio.Task[None]], give_up: float = 30.0) -> None:
-    """Cancel every task until it has ended; after `give_up` seconds the rest is left behind,
-    with a warning."""
-    stopping = asyncio.ensure_future(asyncio.gather(*map(nats_bus.cancel_and_wait, tasks)))
-    await asyncio.wait([stopping], timeout=give_up)
-    if pending := [t for t in tasks if not t.done()]:
-        log.warning("operator: %s did not stop", ", ".join(t.get_name() for t in pending))
-
-
-async def _forever(what: str, run: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> None:
-    while not stopping.is_set():
-        try:
-            await run()
-            return
-        except Exception as e:
-            if stopping.is_set():
-                return  # an error while being stopped is not one to recover from
-            log.warning("operator %s: %s: %s; starting again", what, type(e).__name__, e)
-            await asyncio.sleep(1.0)
+        await stop_all(tasks, STOP_GIVE_UP)
 
 
 def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaitable[None]]:
@@ -201,7 +189,7 @@ async def _syncs(report: Reporter, backend: Backend, every: float) -> None:
     """A full sync as soon as the backend can tell the whole truth, then every `every`
     seconds."""
     while not await report.sync(backend):  # noqa: ASYNC110 - a retry, not a wait for a flag
-        await asyncio.sleep(min(every, 0.5))
+        await asyncio.sleep(min(every, SYNC_NOT_YET))
     while True:
         await asyncio.sleep(every)
         synced = await report.sync(backend)
@@ -254,7 +242,7 @@ async def _follow_desired(
                 log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
             except Exception as e:
                 log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
-                await delivery.retry(delay=2.0)
+                await delivery.retry(delay=APPLY_AGAIN)
                 continue
             first = deployment_id not in applied
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))

@@ -13,6 +13,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
 
@@ -20,7 +21,7 @@ from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
 
 
 async def events(nc: Client) -> list[dict[str, Any]]:
-    stream = nats_bus.read_stream(nc, nats_bus.EVENTS_STREAM, "wingsmith.evt.>", follow=False)
+    stream = nats_bus.read_stream(nc, names.EVENTS_STREAM, "wingsmith.evt.>", follow=False)
     return [orjson.loads(m.data) async for m in stream]
 
 
@@ -74,7 +75,7 @@ async def test_pending_for_capacity_then_admitted_when_the_cluster_reports_devic
     async def rendered() -> dict[str, Any] | None:  # what an operator starting now would get
         subject = f"wingsmith.render.east.{deployment}"
         stream = nats_bus.read_stream(
-            client, nats_bus.RENDER_STREAM, subject, follow=False, start="last"
+            client, names.RENDER_STREAM, subject, follow=False, start="last"
         )
         last = [orjson.loads(m.data) async for m in stream]
         return last[-1] if last else None

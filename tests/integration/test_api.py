@@ -17,13 +17,13 @@ import pytest
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.domain.contracts import views as v
 from wingsmith.domain.contracts.replies import Accepted
 from wingsmith.services.api.server import running_api
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
 from wingsmith.services.operator.backends.simulated import (
-    fault_subject,
     nodes_from_spec,
     simulated_operators,
 )
@@ -187,7 +187,7 @@ async def test_every_resource_is_exactly_its_contracts_document(
     await until(api, "/v1/workloads/llama", phase="running")
     await until(api, "/v1/deployments/llama--east", ready_replicas=2)
     fault = {"fault": "run_model", "name": "qwen", "engine_version": "1", "gpus": 1}
-    await nats_bus.request(hub.nc, fault_subject("east"), orjson.dumps(fault), 5)
+    await nats_bus.request(hub.nc, names.fault_subject("east"), orjson.dumps(fault), 5)
 
     async def sighted() -> bool:
         return len(ok(await api.get("/v1/discovered"))["discovered"]) == 1
@@ -436,7 +436,7 @@ async def test_a_name_that_fits_several_things_is_a_conflict_listing_them(
     async with simulated_operators(hub.nc, clusters, ready_after=0.1):
         for cluster in clusters:  # the same model, run by hand on both clusters
             fault = {"fault": "run_model", "name": "qwen", "engine_version": "1", "gpus": 1}
-            await nats_bus.request(hub.nc, fault_subject(cluster), orjson.dumps(fault), 5)
+            await nats_bus.request(hub.nc, names.fault_subject(cluster), orjson.dumps(fault), 5)
 
         async def both_listed() -> bool:
             return len(ok(await api.get("/v1/discovered"))["discovered"]) == 2

@@ -17,6 +17,7 @@ import yaml
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_auth import Credentials
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.api.server import running_api
 from wingsmith.services.config import Settings
 from wingsmith.services.health import ask as ask_health
@@ -88,7 +89,7 @@ async def test_the_compose_users_run_the_system_and_keep_operators_apart(
                 async def running() -> bool:
                     stream = nats_bus.read_stream(
                         cli,
-                        nats_bus.EVENTS_STREAM,
+                        names.EVENTS_STREAM,
                         "wingsmith.evt.deployment.chat--east.DeploymentRunning",
                         follow=False,
                     )

@@ -19,16 +19,19 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from wingsmith.adapters import nats_auth, nats_bus
-from wingsmith.adapters.nats_auth import HUB_CONSUMER, Credentials
+from wingsmith.adapters.nats_auth import Credentials
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
+from wingsmith.domain.names import HUB_CONSUMER
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
 from wingsmith.services.operator.backends.simulated import SimNode, SimulatedCluster
 from wingsmith.services.operator.runtime import OperatorOptions, run_operator
+from wingsmith.services.tasks import cancel_and_wait
 
 from .conftest import PASSWORDS, roles_config
 
-EVENTS, RENDER, OBS = nats_bus.EVENTS_STREAM, nats_bus.RENDER_STREAM, nats_bus.OBS_STREAM
+EVENTS, RENDER, OBS = names.EVENTS_STREAM, names.RENDER_STREAM, names.OBS_STREAM
 SWEEP = 0.2  # seconds between sweeps: short, so that a test sees several
 VANISHED = "vanished: recreating it"  # what an operator logs when its consumer was deleted
 
@@ -57,7 +60,7 @@ class World:
         cluster = SimulatedCluster(cluster_id, [SimNode(f"{cluster_id}-n1", "H100", 4)])
         options = OperatorOptions(cluster_id=cluster_id, simulated=True, heartbeat_every=0.5)
         task = asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id)
-        self.stack.push_async_callback(nats_bus.cancel_and_wait, task)
+        self.stack.push_async_callback(cancel_and_wait, task)
 
     async def created(self, stream: str, name: str) -> datetime | None:
         """When the consumer was created, None if there is none."""

@@ -6,7 +6,8 @@ import orjson
 from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
-from wingsmith.adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
+from wingsmith.adapters.dead_letters import DeadLetters, stored
+from wingsmith.domain.names import DEAD_STREAM
 
 
 async def test_a_message_set_aside_is_kept_with_its_reason_once(client: Client) -> None:

@@ -11,6 +11,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import running_hub
 from wingsmith.services.operator.backends.simulated import SimNode, simulated_operators
@@ -27,8 +28,8 @@ from .test_simulated import (
 
 
 async def render_of(client: Client, deployment_id: str) -> nats_bus.StreamMessage:
-    subject = f"{nats_bus.RENDER_PREFIX}.east.{deployment_id}"
-    stream = nats_bus.read_stream(client, nats_bus.RENDER_STREAM, subject, follow=False)
+    subject = f"{names.RENDER}.east.{deployment_id}"
+    stream = nats_bus.read_stream(client, names.RENDER_STREAM, subject, follow=False)
     [last] = [m async for m in stream]  # the stream keeps the latest per deployment
     return last
 

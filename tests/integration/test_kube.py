@@ -356,3 +356,12 @@ async def test_an_informer_started_from_what_was_known_reports_what_went_meanwhi
         await cluster_delete(emulator, DGD, dgd("gone"))  # while nobody watches
         async with kube.informer(DGD, known=seen) as again:
             assert names(await until_synced(again)) == [("DELETED", "gone")]  # "kept" is no news
+
+
+def test_the_informers_wait_doubles_up_to_the_cap_with_at_most_half_a_first_delay_of_jitter() -> (
+    None
+):
+    kube = Kube(host="http://127.0.0.1:1", backoff=(0.2, 5.0))
+    for failures, plain in [(0, 0.2), (1, 0.2), (2, 0.4), (3, 0.8), (6, 5.0), (60, 5.0)]:
+        for _ in range(20):
+            assert plain <= kube._delay(failures) <= min(5.0, plain + 0.1)

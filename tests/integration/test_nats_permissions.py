@@ -22,12 +22,14 @@ from nats.js.errors import NotFoundError
 from wingsmith.adapters import nats_auth, nats_bus
 from wingsmith.adapters.nats_auth import Credentials
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.operator.runtime import (
     OperatorCounts,
     OperatorOptions,
     Report,
     run_operator,
 )
+from wingsmith.services.tasks import cancel_and_wait
 
 HUB_PASSWORD_VARIABLE = "WINGSMITH_TEST_HUB_PASSWORD"  # the hub's password comes by reference
 HUB_PASSWORD = "hub-secret"
@@ -150,18 +152,21 @@ async def observations_on(hub: Client, subject: str) -> tuple[int, bytes | None]
     """How many messages WINGSMITH_OBS holds on one subject, and the last one, as the hub
     reads them."""
     js = hub.jetstream()
-    info = await js.stream_info(nats_bus.OBS_STREAM, subjects_filter=subject)
+    info = await js.stream_info(names.OBS_STREAM, subjects_filter=subject)
     count = (info.state.subjects or {}).get(subject, 0)
     if not count:
         return 0, None
-    return count, (await js.get_msg(nats_bus.OBS_STREAM, subject=subject)).data
+    return count, (await js.get_msg(names.OBS_STREAM, subject=subject)).data
 
 
 def test_the_configuration_names_the_streams_of_the_contract() -> None:
-    assert nats_auth.RENDER_STREAM == nats_bus.RENDER_STREAM
-    assert nats_auth.OBS_STREAM == nats_bus.OBS_STREAM
-    assert nats_auth.RENDER_PREFIX == nats_bus.RENDER_PREFIX
-    assert nats_auth.OBS_PREFIX == nats_bus.OBS_PREFIX
+    streams = {config.name: config.subjects for config in nats_bus.STREAMS}
+    permissions = nats_auth.operator_permissions("east")
+    assert streams[names.RENDER_STREAM] == [names.every(names.RENDER)]
+    assert streams[names.OBS_STREAM] == [names.every(names.OBSERVATIONS)]
+    assert f".{names.RENDER_STREAM}.operator-east" in permissions.publish[2]
+    assert permissions.publish[0] == f"{names.OBSERVATIONS}.east.>"
+    assert nats_auth.render_filter("east") == f"{names.RENDER}.east.>"
 
 
 @pytest.mark.parametrize("cluster_id", ["east.west", "east*", ">", "East", "", "a" * 64])
@@ -217,13 +222,13 @@ async def test_each_operator_reads_only_its_own_latest_render_messages(
     # East may look at its own consumer, and its acknowledgements (sent on `$JS.ACK...`, not
     # waited for) reach the server: nothing is left pending.
     js = east.jetstream()
-    info = await js.consumer_info(nats_bus.RENDER_STREAM, "operator-east")
+    info = await js.consumer_info(names.RENDER_STREAM, "operator-east")
     assert info.config.filter_subject == "wingsmith.render.east.>"
     assert info.config.deliver_policy == DeliverPolicy.LAST_PER_SUBJECT
     async with asyncio.timeout(10):
         while info.num_ack_pending or info.delivered.stream_seq < 4:
             await asyncio.sleep(0.05)
-            info = await js.consumer_info(nats_bus.RENDER_STREAM, "operator-east")
+            info = await js.consumer_info(names.RENDER_STREAM, "operator-east")
     assert info.num_redelivered == 0
 
 
@@ -254,7 +259,7 @@ async def test_an_operator_whose_consumer_vanished_recreates_it_and_catches_up(
                     got.append((delivery.subject, orjson.loads(delivery.data)))
                     await delivery.ack()
                 if len(got) == 2:  # everything read: now the consumer disappears
-                    await hub.jetstream().delete_consumer(nats_bus.RENDER_STREAM, "operator-east")
+                    await hub.jetstream().delete_consumer(names.RENDER_STREAM, "operator-east")
                     await publish_render(hub, "east", "mistral--east", {"generation": 1}, 5)
                 if len(got) == 5:
                     break
@@ -285,7 +290,7 @@ async def test_an_operator_reports_only_for_its_own_cluster(
 
 def _create(subject_tail: str, config: dict[str, Any]) -> tuple[str, bytes]:
     subject = f"$JS.API.CONSUMER.{subject_tail}"
-    return subject, orjson.dumps({"stream_name": nats_bus.RENDER_STREAM, "config": config})
+    return subject, orjson.dumps({"stream_name": names.RENDER_STREAM, "config": config})
 
 
 WEST_FILTER = "wingsmith.render.west.>"
@@ -324,13 +329,13 @@ async def test_an_operator_cannot_create_a_consumer_beyond_its_own_subjects(
     subject, request = REFUSED_CREATIONS[case]
     answer = orjson.loads((await hub.request(subject, request, timeout=5)).data)
     assert "error" not in answer, answer  # the hub may: the request itself is a valid one
-    await hub.jetstream().delete_consumer(nats_bus.RENDER_STREAM, answer["name"])
+    await hub.jetstream().delete_consumer(names.RENDER_STREAM, answer["name"])
 
     with pytest.raises(nats.errors.TimeoutError):
         await east.request(subject, request, timeout=OPERATOR_TIMEOUT)
     await refused(caplog, "publish", subject)
-    names = [c.name for c in await hub.jetstream().consumers_info(nats_bus.RENDER_STREAM)]
-    assert names == []
+    consumers = [c.name for c in await hub.jetstream().consumers_info(names.RENDER_STREAM)]
+    assert consumers == []
 
 
 async def test_the_filter_in_a_request_must_be_the_one_its_subject_names(
@@ -344,7 +349,7 @@ async def test_the_filter_in_a_request_must_be_the_one_its_subject_names(
     )
     answer = orjson.loads((await east.request(subject, request, timeout=5)).data)
     assert answer["config"]["filter_subject"] == "wingsmith.render.east.>"
-    await east.jetstream().delete_consumer(nats_bus.RENDER_STREAM, "operator-east")
+    await east.jetstream().delete_consumer(names.RENDER_STREAM, "operator-east")
 
     mismatch, several = 10131, 10137  # the filter is not the subject's; several filters
     cases: list[tuple[dict[str, Any], set[int]]] = [
@@ -359,7 +364,7 @@ async def test_the_filter_in_a_request_must_be_the_one_its_subject_names(
         subject, request = _create(OWN_CREATE, own_filter | body)
         answer = orjson.loads((await east.request(subject, request, timeout=5)).data)
         assert answer["error"]["err_code"] in codes, (body, answer)
-    assert await hub.jetstream().consumers_info(nats_bus.RENDER_STREAM) == []
+    assert await hub.jetstream().consumers_info(names.RENDER_STREAM) == []
 
 
 async def test_an_operator_cannot_get_another_clusters_message_directly(
@@ -367,14 +372,14 @@ async def test_an_operator_cannot_get_another_clusters_message_directly(
 ) -> None:
     # Direct get answers only on streams that allow it: allow it, to show the permission holds.
     js = hub.jetstream()
-    render = next(s for s in nats_bus.STREAMS if s.name == nats_bus.RENDER_STREAM)
+    render = next(s for s in nats_bus.STREAMS if s.name == names.RENDER_STREAM)
     await js.update_stream(dataclasses.replace(render, allow_direct=True))
     last_of_west = orjson.dumps({"last_by_subj": WEST_SUBJECT})
     attempts = [
-        (f"$JS.API.STREAM.MSG.GET.{nats_bus.RENDER_STREAM}", last_of_west),
-        (f"$JS.API.DIRECT.GET.{nats_bus.RENDER_STREAM}", last_of_west),
-        (f"$JS.API.DIRECT.GET.{nats_bus.RENDER_STREAM}.{WEST_SUBJECT}", b""),
-        (f"$JS.API.STREAM.INFO.{nats_bus.RENDER_STREAM}", b'{"subjects_filter": ">"}'),
+        (f"$JS.API.STREAM.MSG.GET.{names.RENDER_STREAM}", last_of_west),
+        (f"$JS.API.DIRECT.GET.{names.RENDER_STREAM}", last_of_west),
+        (f"$JS.API.DIRECT.GET.{names.RENDER_STREAM}.{WEST_SUBJECT}", b""),
+        (f"$JS.API.STREAM.INFO.{names.RENDER_STREAM}", b'{"subjects_filter": ">"}'),
     ]
     for subject, request in attempts:
         answer = await hub.request(subject, request, timeout=5)  # the hub gets west's message
@@ -387,7 +392,7 @@ async def test_an_operator_cannot_get_another_clusters_message_directly(
 
     with pytest.raises(nats.errors.TimeoutError):  # nats-py's own message get, likewise
         await east.jetstream(timeout=OPERATOR_TIMEOUT).get_msg(
-            nats_bus.RENDER_STREAM, subject=WEST_SUBJECT
+            names.RENDER_STREAM, subject=WEST_SUBJECT
         )
 
 
@@ -457,10 +462,10 @@ async def test_operators_cannot_send_commands_or_write_anything_else(
         with pytest.raises(nats.errors.TimeoutError):
             await js.publish(subject, b"{}")
         await refused(caplog, "publish", subject)
-    for stream in [nats_bus.EVENTS_STREAM, nats_bus.VIEWS_STREAM]:
+    for stream in [names.EVENTS_STREAM, names.VIEWS_STREAM]:
         assert (await hub.jetstream().stream_info(stream)).state.messages == 0
     latest = await hub.jetstream().get_msg(
-        nats_bus.RENDER_STREAM, subject="wingsmith.render.east.llama--east"
+        names.RENDER_STREAM, subject="wingsmith.render.east.llama--east"
     )
     assert orjson.loads(latest.data or b"") == EAST_LATEST["wingsmith.render.east.llama--east"]
 
@@ -473,7 +478,7 @@ async def test_a_viewer_reads_streams_but_sends_no_command(
     )
     try:
         read = nats_bus.read_stream(
-            viewer, nats_bus.RENDER_STREAM, "wingsmith.render.>", follow=False, start="last"
+            viewer, names.RENDER_STREAM, "wingsmith.render.>", follow=False, start="last"
         )
         subjects = {m.subject: orjson.loads(m.data) async for m in read}
         assert subjects == EAST_LATEST | {WEST_SUBJECT: {"generation": 1, "replicas": 3}}
@@ -492,8 +497,8 @@ async def test_a_viewer_reads_streams_but_sends_no_command(
 
         # It cannot take the hub's observations from the hub's durable consumer, nor remove it.
         js = hub.jetstream()
-        await js.add_consumer(nats_bus.OBS_STREAM, ConsumerConfig(durable_name="wingsmith-hub"))
-        pull = f"$JS.API.CONSUMER.MSG.NEXT.{nats_bus.OBS_STREAM}.wingsmith-hub"
+        await js.add_consumer(names.OBS_STREAM, ConsumerConfig(durable_name="wingsmith-hub"))
+        pull = f"$JS.API.CONSUMER.MSG.NEXT.{names.OBS_STREAM}.wingsmith-hub"
         no_wait = b'{"batch": 1, "no_wait": true}'
         answer = await hub.request(pull, no_wait, timeout=5)
         assert (answer.headers or {}).get("Status") == "404"  # served to the hub: nothing yet
@@ -502,10 +507,10 @@ async def test_a_viewer_reads_streams_but_sends_no_command(
         await refused(caplog, "publish", pull)
         with pytest.raises(nats.errors.TimeoutError):
             await viewer.jetstream(timeout=OPERATOR_TIMEOUT).delete_consumer(
-                nats_bus.OBS_STREAM, "wingsmith-hub"
+                names.OBS_STREAM, "wingsmith-hub"
             )
         await refused(caplog, "publish", "$JS.API.CONSUMER.DELETE.WINGSMITH_OBS.wingsmith-hub")
-        assert await js.delete_consumer(nats_bus.OBS_STREAM, "wingsmith-hub")  # still there
+        assert await js.delete_consumer(names.OBS_STREAM, "wingsmith-hub")  # still there
     finally:
         await viewer.close()
 
@@ -516,14 +521,14 @@ async def test_an_operator_may_remove_only_its_own_consumer(
     assert await read_renders(west, "west", 1)
     js = east.jetstream(timeout=OPERATOR_TIMEOUT)
     with pytest.raises(nats.errors.TimeoutError):
-        await js.delete_consumer(nats_bus.RENDER_STREAM, "operator-west")
+        await js.delete_consumer(names.RENDER_STREAM, "operator-west")
     await refused(caplog, "publish", "$JS.API.CONSUMER.DELETE.WINGSMITH_RENDER.operator-west")
     with pytest.raises(nats.errors.TimeoutError):
-        await js.consumer_info(nats_bus.RENDER_STREAM, "operator-west")
+        await js.consumer_info(names.RENDER_STREAM, "operator-west")
     await refused(caplog, "publish", "$JS.API.CONSUMER.INFO.WINGSMITH_RENDER.operator-west")
-    assert await hub.jetstream().consumer_info(nats_bus.RENDER_STREAM, "operator-west")
+    assert await hub.jetstream().consumer_info(names.RENDER_STREAM, "operator-west")
     with pytest.raises(NotFoundError):  # its own is within reach (and absent until it reads)
-        await js.consumer_info(nats_bus.RENDER_STREAM, "operator-east")
+        await js.consumer_info(names.RENDER_STREAM, "operator-east")
 
 
 class RecordingBackend:
@@ -567,11 +572,11 @@ async def test_an_operator_never_acts_on_another_clusters_render_message(
         js = hub.jetstream()
         config = nats_bus.render_consumer_config("east")
         config.filter_subject = WEST_FILTER  # the hijack: east's consumer on west's subjects
-        await js.add_consumer(nats_bus.RENDER_STREAM, config)
+        await js.add_consumer(names.RENDER_STREAM, config)
         await publish_render(hub, "west", "llama--west", {"cluster_id": "west", "replicas": 5}, 12)
         await eventually(lambda: counts.foreign_renders >= 2, "west's render message refused")
     finally:
-        await nats_bus.cancel_and_wait(operator)
+        await cancel_and_wait(operator)
     assert sorted(d for d, _ in backend.applied) == ["llama--east", "mistral--east", "qwen--east"]
     assert "not for cluster east" in caplog.text
 

@@ -29,10 +29,12 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
 from wingsmith.adapters import nats_auth, nats_bus
-from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
-from wingsmith.adapters.nats_auth import HUB_CONSUMER, Credentials
+from wingsmith.adapters.nats_auth import Credentials
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
+from wingsmith.domain.names import DEAD_STREAM, HUB_CONSUMER
 from wingsmith.services.hub.janitor import hub_janitor
+from wingsmith.services.tasks import cancel_and_wait
 
 from .conftest import PASSWORDS, roles_config
 
@@ -43,14 +45,14 @@ READERS = frozenset({"hub", "cli", "api", "viewer"})
 COMMANDERS = frozenset({"hub", "cli", "api"})
 
 EVENTS, RENDER, OBS, PROJ = (
-    nats_bus.EVENTS_STREAM,
-    nats_bus.RENDER_STREAM,
-    nats_bus.OBS_STREAM,
-    nats_bus.VIEWS_STREAM,
+    names.EVENTS_STREAM,
+    names.RENDER_STREAM,
+    names.OBS_STREAM,
+    names.VIEWS_STREAM,
 )
 EAST_FILTER, WEST_FILTER = "wingsmith.render.east.>", "wingsmith.render.west.>"
 NARROW = "wingsmith.obs.nothing"  # what a hijacker narrows the hub's observation consumer to
-BUCKET = nats_bus.PROGRESS_BUCKET
+BUCKET = names.PROGRESS_BUCKET
 JS = "$JS.API"
 
 
@@ -136,7 +138,7 @@ class World:
             refused = await self._refused_before(got, "subscription", subject)
             return Outcome.REFUSED if refused else Outcome.DONE
         finally:
-            await nats_bus.cancel_and_wait(prober)
+            await cancel_and_wait(prober)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
@@ -346,7 +348,9 @@ ACTIONS: dict[str, Action] = {
         stored(RENDER, "wingsmith.render.east.rogue--east"),
     ),
     "publish-a-dead-letter": Action(
-        HUB, send(f"{DEAD_PREFIX}.relay", b"{}"), stored(DEAD_STREAM, f"{DEAD_PREFIX}.relay")
+        HUB,
+        send(names.dead_subject("relay"), b"{}"),
+        stored(DEAD_STREAM, names.dead_subject("relay")),
     ),
     "report-for-east": Action(
         HUB | {"operator-east"},

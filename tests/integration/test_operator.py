@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.kube import Kind, Kube
+from wingsmith.domain import names
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import (
     LABEL_DEPLOYMENT,
@@ -86,9 +87,9 @@ class Cluster:
         """What the hub's projector publishes: the whole object, or a removal."""
         headers = {nats_bus.DELETED_HEADER: "true"} if body is None else None
         await self.nc.jetstream().publish(
-            f"{nats_bus.RENDER_PREFIX}.east.{deployment_id}",
+            f"{names.RENDER}.east.{deployment_id}",
             orjson.dumps(body) if body is not None else b"",
-            stream=nats_bus.RENDER_STREAM,
+            stream=names.RENDER_STREAM,
             headers=headers,
         )
 
@@ -105,7 +106,7 @@ class Cluster:
         return [
             orjson.loads(m.data)
             async for m in nats_bus.read_stream(
-                self.nc, nats_bus.OBS_STREAM, f"wingsmith.obs.east.{kind}", follow=False
+                self.nc, names.OBS_STREAM, f"wingsmith.obs.east.{kind}", follow=False
             )
         ]
 

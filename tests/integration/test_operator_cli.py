@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.hub.wiring import Hub
 
 from .conftest import wait_for
@@ -47,7 +48,7 @@ async def test_the_operator_command_reconciles_a_cluster_from_its_kubeconfig(
             await client.jetstream().publish(
                 "wingsmith.render.east.llama--east",
                 orjson.dumps(desired(replicas=1)),
-                stream=nats_bus.RENDER_STREAM,
+                stream=names.RENDER_STREAM,
             )
 
             async def created() -> bool:

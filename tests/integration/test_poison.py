@@ -16,13 +16,16 @@ import orjson
 from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
-from wingsmith.adapters.dead_letters import DEAD_STREAM, DeadLetters, stored
+from wingsmith.adapters.dead_letters import DeadLetters, stored
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.domain.commands import Command, ObserveHeartbeat
+from wingsmith.domain.names import DEAD_STREAM
 from wingsmith.domain.replica import Replica, ReplicaStarted
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.ingest import MAX_ATTEMPTS, ingest
 from wingsmith.services.hub.wiring import Hub, running_hub
+from wingsmith.services.tasks import cancel_and_wait
 
 from .conftest import (
     published,
@@ -181,7 +184,7 @@ async def test_an_observation_whose_handling_keeps_failing_is_set_aside(client: 
         await asyncio.sleep(1.5)  # longer than a retry's delay: nothing comes back
         assert len(handled) == settled
     finally:
-        await nats_bus.cancel_and_wait(task)
+        await cancel_and_wait(task)
     kept = await client.jetstream().get_last_msg(DEAD_STREAM, "wingsmith.dead.ingest")
     record = orjson.loads(kept.data or b"")
     assert record["subject"] == "wingsmith.obs.east.heartbeat" and '"bug"' in record["data"]
@@ -203,12 +206,12 @@ async def test_a_stream_published_before_ids_were_encoded_is_resumed(
 
         await wait_for(published_once, 20, "the event on the stream")
     # the stream as the earlier relay left it: the same event under its raw id and subject
-    await client.jetstream().purge_stream(nats_bus.EVENTS_STREAM)
+    await client.jetstream().purge_stream(names.EVENTS_STREAM)
     [note] = read_store(data_dir)
     await client.jetstream().publish(
         "wingsmith.evt.replica.llama--east--pod\x0bb.ReplicaStarted",
         b"{}",
-        stream=nats_bus.EVENTS_STREAM,
+        stream=names.EVENTS_STREAM,
         headers={
             "Nats-Msg-Id": f"{note.originator_id}:1",
             nats_bus.POSITION_HEADER: str(note.id),

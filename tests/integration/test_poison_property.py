@@ -24,6 +24,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.dead_letters import stored
+from wingsmith.domain import names
 from wingsmith.domain.base import split_id
 from wingsmith.domain.commands import COMMANDS
 from wingsmith.services.hub.ingest import KINDS
@@ -285,9 +286,9 @@ class Pipeline:
     async def report(self, kind: str, body: bytes, cluster: str = "east") -> None:
         msg_id = f"fuzz-{next(self.reports)}"
         await self.nc.jetstream().publish(
-            f"{nats_bus.OBS_PREFIX}.{cluster}.{kind}",
+            f"{names.OBSERVATIONS}.{cluster}.{kind}",
             body,
-            stream=nats_bus.OBS_STREAM,
+            stream=names.OBS_STREAM,
             headers={"Nats-Msg-Id": msg_id},
         )
 
@@ -345,7 +346,7 @@ class Pipeline:
                 m.headers["Nats-Msg-Id"]
                 async for m in nats_bus.read_stream(
                     self.nc,
-                    nats_bus.EVENTS_STREAM,
+                    names.EVENTS_STREAM,
                     "wingsmith.evt.>",
                     follow=False,
                     start=self.compared_seq + 1,

@@ -19,16 +19,18 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
 from wingsmith.adapters import nats_bus
-from wingsmith.adapters.dead_letters import DEAD_PREFIX, DEAD_STREAM
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, store_env
 from wingsmith.domain import commands as c
+from wingsmith.domain import names
 from wingsmith.domain.base import Cause, Writer
 from wingsmith.domain.cluster import Cluster
+from wingsmith.domain.names import DEAD_STREAM
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.ingest import parse
 from wingsmith.services.hub.relay import to_message
 from wingsmith.services.hub.wiring import Hub, running_hub, running_projector
+from wingsmith.services.tasks import cancel_and_wait
 
 from .conftest import published, read_store, seed_deployment, stream_ids, wait_for
 from .test_projector import kv_view, rebuilt
@@ -85,7 +87,7 @@ async def dead_letters(client: Client) -> list[dict[str, Any]]:
     kept = []
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
         msg = await js.get_msg(DEAD_STREAM, seq=seq)
-        if msg.subject == f"{DEAD_PREFIX}.ingest":
+        if msg.subject == names.dead_subject("ingest"):
             kept.append(orjson.loads(msg.data))  # type: ignore[arg-type]
     return kept
 
@@ -151,9 +153,9 @@ async def test_bad_reports_are_set_aside_and_nothing_of_them_is_stored(
 
     assert len(kept) == len(BAD)  # each once; those the hub refused after parsing come later
     reasons = sorted((letter["subject"], letter["reason"]) for letter in kept)
-    for kind, _, names in BAD:
+    for kind, _, named in BAD:
         subject = f"wingsmith.obs.east.{kind}"
-        assert any(s == subject and names in reason for s, reason in reasons), (names, reasons)
+        assert any(s == subject and named in reason for s, reason in reasons), (named, reasons)
 
 
 async def test_every_stream_has_size_message_and_age_limits(client: Client) -> None:
@@ -256,7 +258,7 @@ async def test_an_older_hubs_observation_consumer_gets_the_wider_window(client: 
 
         await wait_for(widened, 10, "the wider window")
     finally:
-        await nats_bus.cancel_and_wait(reading)
+        await cancel_and_wait(reading)
         await batches.aclose()  # type: ignore[attr-defined]
 
 

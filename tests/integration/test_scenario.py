@@ -13,6 +13,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import running_hub
 from wingsmith.services.operator.backends.simulated import (
@@ -47,9 +48,7 @@ class Fleet:
         return dict(reply["result"])
 
     async def history(self) -> list[dict[str, Any]]:
-        stream = nats_bus.read_stream(
-            self.nc, nats_bus.EVENTS_STREAM, "wingsmith.evt.>", follow=False
-        )
+        stream = nats_bus.read_stream(self.nc, names.EVENTS_STREAM, "wingsmith.evt.>", follow=False)
         return [orjson.loads(m.data) async for m in stream]
 
     async def deployment(self, deployment_id: str) -> list[tuple[Any, ...]]:

@@ -11,7 +11,6 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from wingsmith.adapters import nats_bus
 from wingsmith.adapters.dead_letters import DeadLetters, stored
 from wingsmith.adapters.store import Notification, StoreThread, store_env
 from wingsmith.domain.base import Cause
@@ -30,6 +29,7 @@ from wingsmith.domain.workload import Workload
 from wingsmith.services.hub.scheduler import Scheduler
 from wingsmith.services.hub.service import Chain, CommandService
 from wingsmith.services.hub.wiring import Hub
+from wingsmith.services.tasks import cancel_and_wait
 
 from .conftest import LLAMA, seed_deployment, send, send_until_answered, wait_for
 from .test_admission import decisions, events, inventory, workload_body
@@ -205,7 +205,7 @@ async def test_what_the_relay_hands_over_while_the_scheduler_reads_the_store_is_
         assert (slot.phase, slot.granted) == ("admitted", 2)
     finally:
         for task in (following, running):
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)
         await store.close()
 
 
@@ -282,7 +282,7 @@ async def test_a_deployment_whose_decision_the_hub_refuses_waits_and_the_others_
         assert scheduler.ledger.deployments["llama--east"].granted == 3
     finally:
         for task in (following, running):
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)
         await store.close()
 
 
@@ -324,7 +324,7 @@ async def test_a_decision_the_hub_cannot_make_now_is_made_again_without_a_change
         assert scheduler.ledger.deployments["llama--east"].phase == "admitted"
     finally:
         for task in (following, running):
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)
         await store.close()
 
 
@@ -365,5 +365,5 @@ async def test_more_than_the_buffer_holds_is_read_from_the_store(tmp_path: Path)
         assert scheduler.ledger.deployments["llama--east"].granted == 2
     finally:
         for task in (following, running):
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)
         await store.close()

@@ -13,11 +13,11 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import running_hub
 from wingsmith.services.operator.backends.simulated import (
     SimNode,
-    fault_subject,
     simulated_operators,
 )
 
@@ -32,7 +32,7 @@ async def command(client: Client, n: str, verb: str, **body: Any) -> dict[str, A
 
 async def event_types(client: Client, aggregate: str, aggregate_id: str) -> list[str]:
     subject = f"wingsmith.evt.{aggregate}.{aggregate_id}.>"
-    stream = nats_bus.read_stream(client, nats_bus.EVENTS_STREAM, subject, follow=False)
+    stream = nats_bus.read_stream(client, names.EVENTS_STREAM, subject, follow=False)
     return [orjson.loads(m.data)["type"] async for m in stream]
 
 
@@ -99,7 +99,7 @@ async def test_a_silent_operator_makes_its_cluster_unreachable_and_its_deploymen
 
 
 async def fault(client: Client, cluster_id: str, **body: Any) -> dict[str, Any]:
-    reply = await client.request(fault_subject(cluster_id), orjson.dumps(body), timeout=5)
+    reply = await client.request(names.fault_subject(cluster_id), orjson.dumps(body), timeout=5)
     answer: dict[str, Any] = orjson.loads(reply.data)
     return answer
 

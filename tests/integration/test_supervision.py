@@ -19,12 +19,13 @@ from wingsmith.adapters import nats_bus
 from wingsmith.adapters.dead_letters import DeadLetters
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain import names
+from wingsmith.domain.names import HEALTH_SUBJECT
 from wingsmith.projections.base import Fold
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.api.app import HUB_HEALTH_TTL
 from wingsmith.services.cli import main as cli
 from wingsmith.services.config import HealthLimits, Settings
-from wingsmith.services.health import HEALTH_SUBJECT
 from wingsmith.services.health import ask as ask_health
 from wingsmith.services.hub.relay import to_message
 from wingsmith.services.hub.supervisor import ChildState
@@ -114,7 +115,7 @@ async def test_a_killed_projector_is_back_and_nothing_is_published_twice(
         assert all(out.endswith("unhealthy\n") for out in said)
         await wait_for(lambda: caught_up(client, hub), 30, "the projector to catch up again")
 
-    published = await stream_ids(client, nats_bus.VIEWS_STREAM)
+    published = await stream_ids(client, names.VIEWS_STREAM)
     assert len(published) == len(set(published)), "a view change was published twice"
     assert published == expected_changes(settings.data_dir)
 

@@ -19,12 +19,12 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import running_hub
 from wingsmith.services.operator.backends.kube import COMPONENT_TYPE_LABEL, DEVICE_IDS_ANNOTATION
 from wingsmith.services.operator.backends.simulated import (
     SimNode,
-    fault_subject,
     simulated_operators,
 )
 from wingsmith.services.operator.dgd import LABEL_DEPLOYMENT, deployment_label
@@ -233,7 +233,7 @@ async def test_a_promoted_model_whose_pod_becomes_ready_after_adoption_is_ready(
             await until_event(client, "cluster", "east", "OperatorConnected")
             model = {"model": "q", "backend": "vllm", "engine_version": "1", "gpus": 1}
             fault = {"fault": "run_model", "name": "qwen"} | model
-            await nats_bus.request(client, fault_subject("east"), orjson.dumps(fault), 5)
+            await nats_bus.request(client, names.fault_subject("east"), orjson.dumps(fault), 5)
 
             async def sighted() -> bool:
                 return await view(client, "discovered", "east--default--qwen") is not None

@@ -10,6 +10,7 @@ import pytest
 from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
+from wingsmith.domain import names
 
 from .conftest import stream_ids
 
@@ -37,14 +38,14 @@ async def test_a_restart_publishes_only_what_the_stream_lacks(client: Client) ->
     again = [("a", 1), ("b", 2), ("c", 2), ("a", 3), ("b", 3), ("c", 4)]
     await asyncio.sleep(2 * WINDOW)
     await send(await publisher(client), again)
-    ids = await stream_ids(client, nats_bus.VIEWS_STREAM)
+    ids = await stream_ids(client, names.VIEWS_STREAM)
     assert ids == [f"capacity:{key}:{position}" for key, position in again]
 
 
 async def test_a_change_repeated_within_one_event_is_sent_once(client: Client) -> None:
     await nats_bus.ensure_streams(client)
     await send(await publisher(client), [("a", 1), ("a", 1), ("b", 1)])
-    assert await stream_ids(client, nats_bus.VIEWS_STREAM) == ["capacity:a:1", "capacity:b:1"]
+    assert await stream_ids(client, names.VIEWS_STREAM) == ["capacity:a:1", "capacity:b:1"]
 
 
 async def test_a_change_after_a_gap_is_refused(client: Client) -> None:
@@ -55,6 +56,6 @@ async def test_a_change_after_a_gap_is_refused(client: Client) -> None:
     with pytest.raises(nats_bus.PublishFailed):
         await send(views, [("b", 2)])
     await send(await publisher(client), [("a", 1), ("b", 2)])  # resumed where the stream ends
-    last = await client.jetstream().get_msg(nats_bus.VIEWS_STREAM, seq=3)
+    last = await client.jetstream().get_msg(names.VIEWS_STREAM, seq=3)
     assert (last.headers or {})["Nats-Msg-Id"] == "capacity:b:2"
-    assert (await client.jetstream().stream_info(nats_bus.VIEWS_STREAM)).state.messages == 3
+    assert (await client.jetstream().stream_info(names.VIEWS_STREAM)).state.messages == 3

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import running_hub
 
@@ -37,7 +38,7 @@ class Subscriber:
 
     def __init__(self, nc: Client, start: nats_bus.Start, subject: str = HEALTH) -> None:
         self.messages: list[nats_bus.StreamMessage] = []
-        stream = nats_bus.read_stream(nc, nats_bus.VIEWS_STREAM, subject, follow=True, start=start)
+        stream = nats_bus.read_stream(nc, names.VIEWS_STREAM, subject, follow=True, start=start)
         self._task = asyncio.create_task(self._read(stream))
 
     async def _read(self, stream: AsyncIterator[nats_bus.StreamMessage]) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 import orjson
 
 from wingsmith.adapters import nats_bus
+from wingsmith.domain import names
 from wingsmith.domain.cluster import Node
 from wingsmith.domain.contracts.reports import (
     DeploymentReport,
@@ -53,14 +54,11 @@ from wingsmith.domain.contracts.reports import (
 from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
 from wingsmith.domain.discovery import DiscoveredComponent, Sighting
 from wingsmith.services.operator.runtime import OperatorOptions, Report, run_operator
+from wingsmith.services.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 _SPEC = re.compile(r"^(?:(\d+)x)?(\d+):([A-Za-z0-9][-_A-Za-z0-9]*)(?:@([-._A-Za-z0-9]+))?$")
-
-
-def fault_subject(cluster_id: str) -> str:
-    return f"wingsmith.sim.{cluster_id}.fault"
 
 
 @dataclass
@@ -189,7 +187,7 @@ class SimulatedCluster:
                 reply = {"ok": False, "error": f"not a fault request: {e}"}
             return orjson.dumps(reply)
 
-        await nats_bus.answer_requests(nc, fault_subject(self.cluster_id), answer)
+        await nats_bus.answer_requests(nc, names.fault_subject(self.cluster_id), answer)
 
     # -- what survives a restart ---------------------------------------------------------
 
@@ -659,4 +657,4 @@ async def simulated_operators(
         yield simulated
     finally:
         for task in tasks:
-            await nats_bus.cancel_and_wait(task)
+            await cancel_and_wait(task)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wingsmith.adapters.nats_auth import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM, durable_consumers
+from wingsmith.adapters.nats_auth import durable_consumers
 from wingsmith.adapters.nats_consumers import ConsumerSeen, is_wingsmith_stream
+from wingsmith.domain.names import HUB_CONSUMER, OBS_STREAM, RENDER_STREAM
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.janitor import (
     ConsumerJanitor,
