@@ -2,7 +2,7 @@
 whose operators have reported, and deleting a consumer.
 
 Permissions see subjects, never request bodies, so a read-only user can make a consumer of its
-own durable (docs/nats-security.md); the sweep (services/janitor.py) finds and deletes such
+own durable (docs/nats-security.md); the sweep (services/hub/janitor.py) finds and deletes such
 consumers. This module only talks to the server; which consumers go is decided elsewhere.
 """
 

@@ -37,10 +37,10 @@ CommandId = Annotated[
 
 # The command ids the hub gives its own commands; a client's command_id may not start with one,
 # or it could take (or be taken for) one of them.
-OBSERVATION_PREFIX = "obs:"  # services/ingest.py, from an operator's message id
-ADMISSION_PREFIX = "admission-"  # services/scheduler.py
-PLACEMENT_PREFIX = "placement-"  # services/scheduler.py
-SILENCE_PREFIX = "silence-"  # services/liveness.py
+OBSERVATION_PREFIX = "obs:"  # services/hub/ingest.py, from an operator's message id
+ADMISSION_PREFIX = "admission-"  # services/hub/scheduler.py
+PLACEMENT_PREFIX = "placement-"  # services/hub/scheduler.py
+SILENCE_PREFIX = "silence-"  # services/hub/liveness.py
 INTERNAL_PREFIXES = (OBSERVATION_PREFIX, ADMISSION_PREFIX, PLACEMENT_PREFIX, SILENCE_PREFIX)
 
 

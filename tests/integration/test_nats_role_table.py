@@ -256,7 +256,7 @@ def consumer_gone(stream: str, name: str) -> Effect:
 
 
 def swept_away(stream: str, name: str) -> Effect:
-    """Whether the consumer was made, and the hub's consumer sweep (services/janitor.py) then
+    """Whether the consumer was made, and the hub's consumer sweep (services/hub/janitor.py) then
     deleted it and left the control plane's own consumers in place."""
 
     async def effect(w: World) -> bool:
