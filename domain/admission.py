@@ -31,8 +31,41 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority, Deployment
+from wingsmith.domain.base import Event
+from wingsmith.domain.cluster import (
+    ClusterReachable,
+    ClusterRegistered,
+    ClusterUnreachable,
+    InventoryReported,
+    OperatorConnected,
+)
+from wingsmith.domain.deployment import (
+    AdmissionDecided,
+    AdmissionPhase,
+    AdmissionReason,
+    Authority,
+    AuthorityPromoted,
+    Deployment,
+    DeploymentCreated,
+    DeploymentDeleted,
+    DeploymentDisabled,
+    DeploymentEnabled,
+    DeploymentFailed,
+    DeploymentPlaced,
+    DeploymentRunning,
+    DeploymentScaled,
+    ServingConfigChanged,
+)
 from wingsmith.domain.placement import RoomIndex, shares
+from wingsmith.domain.project import QuotaSet
+from wingsmith.domain.replica import ReplicaStarted, ReplicaTerminated
+from wingsmith.domain.workload import (
+    DeploymentAttached,
+    WorkloadCreated,
+    WorkloadDeleted,
+    WorkloadScaled,
+    WorkloadServingConfigChanged,
+)
 
 HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
 WAITING_FOR_PREVIOUS = AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
@@ -40,6 +73,17 @@ WAITING_FOR_PREVIOUS = AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
 Key = tuple[str, str]  # (cluster or project, device class)
 E = Mapping[str, Any]
 OnError = Callable[[str, Exception], None]  # (deployment or workload id, what it raised)
+LedgerFold = Callable[["Ledger", str, E], list[str]]  # (ledger, aggregate id, event body)
+
+
+def handles(*events: type[Event]) -> Callable[[LedgerFold], LedgerFold]:
+    """Mark a ledger method as the fold of these events (`FOLDS` keys it by their names)."""
+
+    def mark(method: LedgerFold) -> LedgerFold:
+        method.__handles__ = events  # type: ignore[attr-defined]
+        return method
+
+    return mark
 
 
 @dataclass(slots=True)
@@ -164,7 +208,7 @@ class Ledger:
 
     def folds(self, event_type: str) -> bool:
         """Whether events of this type matter to admission."""
-        return hasattr(self, f"_on_{event_type}")
+        return event_type in FOLDS
 
     def apply(self, position: int, event_type: str, aggregate_id: str, e: E) -> list[str]:
         """Fold one event; returns the deployments to decide for, in the order to decide.
@@ -172,10 +216,11 @@ class Ledger:
         if position <= self.position:
             return []
         self.position = position
-        fold = getattr(self, f"_on_{event_type}", None)
-        return [] if fold is None else list(fold(aggregate_id, e))
+        fold = FOLDS.get(event_type)
+        return [] if fold is None else list(fold(self, aggregate_id, e))
 
-    def _on_QuotaSet(self, project: str, e: E) -> list[str]:
+    @handles(QuotaSet)
+    def _quota_set(self, project: str, e: E) -> list[str]:
         key = (project, e["device_class"])
         shrank = e["devices"] < self.quota.get(key, 0)
         self.quota[key] = e["devices"]
@@ -185,7 +230,8 @@ class Ledger:
             woken += self._behind_the_unfit(self.waiting_for, key, CAPACITY)
         return self.oldest_first(woken)
 
-    def _on_ClusterRegistered(self, cluster: str, e: E) -> list[str]:
+    @handles(ClusterRegistered)
+    def _cluster_registered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
         return []
 
@@ -193,17 +239,21 @@ class Ledger:
         """Every cluster an operator has spoken for, and whether it is reachable now."""
         return {cluster: self.reachable.get(cluster, True) for cluster in self.operated}
 
-    def _on_OperatorConnected(self, cluster: str, e: E) -> list[str]:
+    @handles(OperatorConnected)
+    def _operator_connected(self, cluster: str, e: E) -> list[str]:
         self.operated.add(cluster)
         return []
 
-    def _on_ClusterUnreachable(self, cluster: str, e: E) -> list[str]:
+    @handles(ClusterUnreachable)
+    def _cluster_unreachable(self, cluster: str, e: E) -> list[str]:
         return self._reach(cluster, False)
 
-    def _on_ClusterReachable(self, cluster: str, e: E) -> list[str]:
+    @handles(ClusterReachable)
+    def _cluster_reachable(self, cluster: str, e: E) -> list[str]:
         return self._reach(cluster, True)
 
-    def _on_InventoryReported(self, cluster: str, e: E) -> list[str]:
+    @handles(InventoryReported)
+    def _inventory_reported(self, cluster: str, e: E) -> list[str]:
         totals: dict[str, int] = {}
         for node in e["nodes"]:
             totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
@@ -222,7 +272,8 @@ class Ledger:
         self._place_again(totals)
         return self.oldest_first(woken)
 
-    def _on_WorkloadCreated(self, workload_id: str, e: E) -> list[str]:
+    @handles(WorkloadCreated)
+    def _workload_created(self, workload_id: str, e: E) -> list[str]:
         allowed = e.get("allowed_clusters")
         self.workloads[workload_id] = Planned(
             project=e["project"],
@@ -236,18 +287,21 @@ class Ledger:
         self.to_place[workload_id] = None
         return []
 
-    def _on_WorkloadScaled(self, workload_id: str, e: E) -> list[str]:
+    @handles(WorkloadScaled)
+    def _workload_scaled(self, workload_id: str, e: E) -> list[str]:
         self.workloads[workload_id].replicas = e["replicas"]
         self.to_place[workload_id] = None
         return []
 
-    def _on_WorkloadServingConfigChanged(self, workload_id: str, e: E) -> list[str]:
+    @handles(WorkloadServingConfigChanged)
+    def _workload_serving_config_changed(self, workload_id: str, e: E) -> list[str]:
         w = self.workloads[workload_id]
         w.per_replica, w.digest = e["serving"]["devices_per_replica"], e["serving_digest"]
         self.to_place[workload_id] = None  # its room is counted in replicas of the new size
         return []
 
-    def _on_WorkloadDeleted(self, workload_id: str, e: E) -> list[str]:
+    @handles(WorkloadDeleted)
+    def _workload_deleted(self, workload_id: str, e: E) -> list[str]:
         """Its deployments are deleted in the same command, right after it: they go here at
         once, so that none of them is decided for on what another one's deletion released."""
         w = self.workloads.pop(workload_id)
@@ -256,11 +310,13 @@ class Ledger:
         released = [d for key in w.deployments.values() for d in self._delete(key)]
         return self.oldest_first(released)
 
-    def _on_DeploymentAttached(self, workload_id: str, e: E) -> list[str]:
+    @handles(DeploymentAttached)
+    def _deployment_attached(self, workload_id: str, e: E) -> list[str]:
         self.workloads[workload_id].deployments[e["cluster_id"]] = e["deployment_key"]
         return []
 
-    def _on_DeploymentCreated(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentCreated)
+    def _deployment_created(self, deployment_id: str, e: E) -> list[str]:
         return self._add(
             deployment_id,
             Slot(
@@ -274,10 +330,12 @@ class Ledger:
             ),
         )
 
-    def _on_DeploymentScaled(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentScaled)
+    def _deployment_scaled(self, deployment_id: str, e: E) -> list[str]:
         return self._change(deployment_id, desired=e["desired_replicas"])
 
-    def _on_ServingConfigChanged(self, deployment_id: str, e: E) -> list[str]:
+    @handles(ServingConfigChanged)
+    def _serving_config_changed(self, deployment_id: str, e: E) -> list[str]:
         return self._change(
             deployment_id,
             per_replica=e["serving"]["devices_per_replica"],
@@ -285,19 +343,23 @@ class Ledger:
             rolling=True,
         )
 
-    def _on_DeploymentEnabled(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentEnabled)
+    def _deployment_enabled(self, deployment_id: str, e: E) -> list[str]:
         return self._change(deployment_id, enabled=True)
 
-    def _on_DeploymentDisabled(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentDisabled)
+    def _deployment_disabled(self, deployment_id: str, e: E) -> list[str]:
         return self._change(deployment_id, enabled=False)
 
-    def _on_AuthorityPromoted(self, deployment_id: str, e: E) -> list[str]:
+    @handles(AuthorityPromoted)
+    def _authority_promoted(self, deployment_id: str, e: E) -> list[str]:
         slot = self.deployments.get(deployment_id)
         if slot is None or slot.managed:
             return []
         return self._change(deployment_id, managed=True)
 
-    def _on_DeploymentDeleted(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentDeleted)
+    def _deployment_deleted(self, deployment_id: str, e: E) -> list[str]:
         return self._delete(deployment_id)
 
     def _delete(self, deployment_id: str) -> list[str]:
@@ -310,21 +372,26 @@ class Ledger:
         released = self._update(deployment_id, slot, deleted=True, granted=0)
         return self.oldest_first([*released, *self._heads_of(slot)])
 
-    def _on_AdmissionDecided(self, deployment_id: str, e: E) -> list[str]:
+    @handles(AdmissionDecided)
+    def _admission_decided(self, deployment_id: str, e: E) -> list[str]:
         return self._set_phase(deployment_id, e["phase"], e["reason"], e.get("devices", 0))
 
-    def _on_DeploymentPlaced(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentPlaced)
+    def _deployment_placed(self, deployment_id: str, e: E) -> list[str]:
         return self._set_phase(deployment_id, AdmissionPhase.PLACED, None)
 
-    def _on_DeploymentRunning(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentRunning)
+    def _deployment_running(self, deployment_id: str, e: E) -> list[str]:
         return self._set_phase(deployment_id, AdmissionPhase.RUNNING, None)
 
-    def _on_DeploymentFailed(self, deployment_id: str, e: E) -> list[str]:
+    @handles(DeploymentFailed)
+    def _deployment_failed(self, deployment_id: str, e: E) -> list[str]:
         return self._set_phase(
             deployment_id, AdmissionPhase.FAILED, AdmissionReason.CLUSTER_FAILURE, 0
         )
 
-    def _on_ReplicaStarted(self, replica_id: str, e: E) -> list[str]:
+    @handles(ReplicaStarted)
+    def _replica_started(self, replica_id: str, e: E) -> list[str]:
         held = self.replicas[replica_id] = (
             e["deployment_id"],
             len(e["device_ids"]),
@@ -332,7 +399,8 @@ class Ledger:
         )
         return self._allocate(*held)
 
-    def _on_ReplicaTerminated(self, replica_id: str, e: E) -> list[str]:
+    @handles(ReplicaTerminated)
+    def _replica_terminated(self, replica_id: str, e: E) -> list[str]:
         held = self.replicas.pop(replica_id, None)
         return [] if held is None else self._allocate(held[0], -held[1], held[2])
 
@@ -787,3 +855,11 @@ class Ledger:
         """In the order they began to wait (creation order for those that never did)."""
         unique = dict.fromkeys(deployment_ids)
         return sorted(unique, key=lambda d: self.deployments[d].waiting_since)
+
+
+# The ledger's folds by event type: the event class's name, the `type` events carry on the wire.
+FOLDS: dict[str, LedgerFold] = {
+    event.__name__: method
+    for method in vars(Ledger).values()
+    for event in getattr(method, "__handles__", ())
+}

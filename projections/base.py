@@ -2,7 +2,9 @@
 
 A handler takes an event's aggregate id and body (the fields the stream carries under `event`),
 so projections fold the same input whether it comes from `WINGSMITH_EVENTS` or is read back
-from the event store to rebuild.
+from the event store to rebuild. Handlers name the domain's event classes they fold: renaming
+an event breaks the import, not silently the fold. Routes are keyed by the class name, which
+is the event's `type` on the wire.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any, ClassVar, Generic, cast
 
 from typing_extensions import TypeVar
 
+from wingsmith.domain.base import Event
+
 Envelope = Mapping[str, Any]
 View = dict[str, Any]
 # the document each of a projection's views is (domain/contracts/views.py)
@@ -21,11 +25,11 @@ Keys = Iterable[str]  # the keys of the views an event changed
 Handler = Callable[[Any, str, Mapping[str, Any]], Keys]
 
 
-def handles(*event_types: str) -> Callable[[Handler], Handler]:
-    """Mark a method as the fold of these event types; it returns the view keys it changed."""
+def handles(*events: type[Event]) -> Callable[[Handler], Handler]:
+    """Mark a method as the fold of these events; it returns the view keys it changed."""
 
     def mark(method: Handler) -> Handler:
-        method.__handles__ = event_types  # type: ignore[attr-defined]
+        method.__handles__ = events  # type: ignore[attr-defined]
         return method
 
     return mark
@@ -36,14 +40,14 @@ class Projection(Generic[V]):
     to the `Fold` that feeds it."""
 
     name: ClassVar[str]
-    _handlers: ClassVar[dict[str, Handler]]
+    _handlers: ClassVar[dict[str, Handler]]  # by event type: the event class's name
 
     def __init_subclass__(cls) -> None:
         cls._handlers = {
-            event_type: method
+            event.__name__: method
             for klass in reversed(cls.__mro__)
             for method in vars(klass).values()
-            for event_type in getattr(method, "__handles__", ())
+            for event in getattr(method, "__handles__", ())
         }
 
     def __init__(self) -> None:

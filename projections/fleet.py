@@ -10,9 +10,58 @@ from typing import Any, Literal, TypeVar, cast
 
 from typing_extensions import TypedDict, Unpack
 
+from wingsmith.domain.cluster import (
+    ClusterReachable,
+    ClusterRegistered,
+    ClusterUnreachable,
+    InventoryReported,
+    OperatorConnected,
+)
 from wingsmith.domain.contracts import views as v
-from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority
-from wingsmith.domain.discovery import DiscoveryState
+from wingsmith.domain.deployment import (
+    AdmissionDecided,
+    AdmissionPhase,
+    AdmissionReason,
+    Authority,
+    AuthorityPromoted,
+    DeploymentCreated,
+    DeploymentDeleted,
+    DeploymentDisabled,
+    DeploymentEnabled,
+    DeploymentFailed,
+    DeploymentPlaced,
+    DeploymentRunning,
+    DeploymentScaled,
+    EngineArgsSet,
+    ImportedArgsObserved,
+    LiveDigestsObserved,
+    ServingConfigChanged,
+    StatusObserved,
+)
+from wingsmith.domain.discovery import (
+    DiscoveryIgnored,
+    DiscoveryPromoted,
+    DiscoveryResighted,
+    DiscoverySighted,
+    DiscoveryState,
+    DiscoveryTracked,
+    DiscoveryVanished,
+)
+from wingsmith.domain.project import QuotaSet
+from wingsmith.domain.replica import (
+    ReplicaNotReady,
+    ReplicaReady,
+    ReplicaStarted,
+    ReplicaTerminated,
+)
+from wingsmith.domain.workload import (
+    DeploymentAttached,
+    PlacementDeferred,
+    WorkloadCreated,
+    WorkloadDeleted,
+    WorkloadScaled,
+    WorkloadServingConfigChanged,
+)
 from wingsmith.projections.base import Keys, Projection, View, handles
 from wingsmith.projections.render import Render
 
@@ -71,33 +120,33 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
             }
         return view
 
-    @handles("WorkloadCreated")
+    @handles(WorkloadCreated)
     def _workload(self, workload_id: str, e: E) -> Keys:
         self._view(workload_id)
         return (workload_id,)
 
-    @handles("DeploymentCreated")
+    @handles(DeploymentCreated)
     def _deployment(self, deployment_id: str, e: E) -> Keys:
         self.workload_of[deployment_id] = e["workload_id"]
         return self._set(deployment_id, _first_phase(e)[0])
 
-    @handles("AdmissionDecided")
+    @handles(AdmissionDecided)
     def _decided(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, e["phase"])
 
-    @handles("DeploymentPlaced")
+    @handles(DeploymentPlaced)
     def _placed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, AdmissionPhase.PLACED)
 
-    @handles("DeploymentRunning")
+    @handles(DeploymentRunning)
     def _running(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, AdmissionPhase.RUNNING)
 
-    @handles("DeploymentFailed")
+    @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, AdmissionPhase.FAILED)
 
-    @handles("WorkloadDeleted")
+    @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:
         view = self.views.pop(workload_id, None)
         for deployment_id in view["deployments"] if view else ():
@@ -121,7 +170,7 @@ class _Allocations(Projection[Row]):
         self.deployments: dict[str, dict[str, Any]] = {}
         self.replicas: dict[str, tuple[str, int]] = {}  # replica -> (deployment, devices held)
 
-    @handles("DeploymentCreated")
+    @handles(DeploymentCreated)
     def _track_deployment(self, deployment_id: str, e: E) -> Keys:
         self.deployments[deployment_id] = {
             "id": deployment_id,
@@ -133,7 +182,7 @@ class _Allocations(Projection[Row]):
         }
         return self._deployment_changed(deployment_id)
 
-    @handles("ReplicaStarted")
+    @handles(ReplicaStarted)
     def _started(self, replica_id: str, e: E) -> Keys:
         held = self.replicas[replica_id] = (e["deployment_id"], len(e["device_ids"]))
         deployment = self.deployments.get(held[0])
@@ -141,7 +190,7 @@ class _Allocations(Projection[Row]):
             return ()
         return self._held(replica_id, deployment, held[1], e)
 
-    @handles("ReplicaTerminated")
+    @handles(ReplicaTerminated)
     def _terminated(self, replica_id: str, e: E) -> Keys:
         held = self.replicas.pop(replica_id, None)
         deployment = None if held is None else self.deployments.get(held[0])
@@ -173,12 +222,12 @@ class Capacity(_Allocations[v.CapacityRow]):
         self.counted: dict[str, tuple[int, int]] = {}
         self.totals: dict[str, dict[str, int]] = {}  # cluster -> device class -> last total
 
-    @handles("AdmissionDecided")
+    @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
         self.deployments[deployment_id]["granted"] = e.get("devices", 0)
         return self._deployment_changed(deployment_id)
 
-    @handles("DeploymentFailed", "DeploymentDeleted")
+    @handles(DeploymentFailed, DeploymentDeleted)
     def _released(self, deployment_id: str, e: E) -> Keys:
         """A failure or a deletion releases the grant; live replicas keep what they hold."""
         self.deployments[deployment_id]["granted"] = 0
@@ -198,7 +247,7 @@ class Capacity(_Allocations[v.CapacityRow]):
             }
         return key, row
 
-    @handles("InventoryReported")
+    @handles(InventoryReported)
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         """Only the device classes whose total moved change (a class no longer reported has
         none)."""
@@ -254,7 +303,7 @@ class QuotaUse(_Allocations[v.QuotaUseRow]):
             }
         return key, row
 
-    @handles("QuotaSet")
+    @handles(QuotaSet)
     def _quota(self, project: str, e: E) -> Keys:
         key, row = self._row(project, e["device_class"])
         row["quota"] = e["devices"]
@@ -308,7 +357,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         self.on_cluster: dict[str, list[str]] = {}  # cluster id -> deployment ids
         self.unreachable: dict[str, bool] = {}  # cluster id -> True (a set does not checkpoint)
 
-    @handles("DeploymentCreated")
+    @handles(DeploymentCreated)
     def _created(self, deployment_id: str, e: E) -> Keys:
         self.views[deployment_id] = {
             "deployment_id": deployment_id,
@@ -333,12 +382,12 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         self._judge(self.views[deployment_id])
         return (deployment_id,)
 
-    @handles("ClusterUnreachable")
+    @handles(ClusterUnreachable)
     def _unreachable(self, cluster_id: str, e: E) -> Keys:
         self.unreachable[cluster_id] = True
         return self._stale(cluster_id, True)
 
-    @handles("ClusterReachable")
+    @handles(ClusterReachable)
     def _reachable(self, cluster_id: str, e: E) -> Keys:
         self.unreachable.pop(cluster_id, None)
         return self._stale(cluster_id, False)
@@ -357,29 +406,29 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     ) -> v.Admission:
         return {"phase": phase, "reason": reason, "since": e["timestamp"], **details}
 
-    @handles("AdmissionDecided")
+    @handles(AdmissionDecided)
     def _decided(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission(e["phase"], e["reason"], e, evidence=e["evidence"])
         return self._set(deployment_id, "admission", admission)
 
-    @handles("DeploymentPlaced")
+    @handles(DeploymentPlaced)
     def _placed(self, deployment_id: str, e: E) -> Keys:
         return self._set(
             deployment_id, "admission", self._admission(AdmissionPhase.PLACED, None, e)
         )
 
-    @handles("DeploymentRunning")
+    @handles(DeploymentRunning)
     def _running(self, deployment_id: str, e: E) -> Keys:
         return self._set(
             deployment_id, "admission", self._admission(AdmissionPhase.RUNNING, None, e)
         )
 
-    @handles("DeploymentFailed")
+    @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission(AdmissionPhase.FAILED, e["reason"], e, message=e["message"])
         return self._set(deployment_id, "admission", admission)
 
-    @handles("DeploymentDeleted")
+    @handles(DeploymentDeleted)
     def _deleted(self, deployment_id: str, e: E) -> Keys:
         view = self.views.pop(deployment_id, None)
         if view is not None:
@@ -395,57 +444,57 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             self._judge(view)
         return (deployment_id,)
 
-    @handles("DeploymentScaled")
+    @handles(DeploymentScaled)
     def _scaled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "desired_replicas", e["desired_replicas"])
 
-    @handles("DeploymentEnabled")
+    @handles(DeploymentEnabled)
     def _enabled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "enabled", True)
 
-    @handles("DeploymentDisabled")
+    @handles(DeploymentDisabled)
     def _disabled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "enabled", False)
 
-    @handles("StatusObserved")
+    @handles(StatusObserved)
     def _status(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "status", e["status"])
 
-    @handles("LiveDigestsObserved")
+    @handles(LiveDigestsObserved)
     def _digests(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "live_digests", e["live_digests"])
 
-    @handles("ServingConfigChanged")
+    @handles(ServingConfigChanged)
     def _serving(self, deployment_id: str, e: E) -> Keys:
         self._set(deployment_id, "generation", e["generation"])
         return self._set(deployment_id, "serving_digest", e["serving_digest"])
 
-    @handles("AuthorityPromoted")
+    @handles(AuthorityPromoted)
     def _promoted(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "authority", e["authority"])
 
-    @handles("EngineArgsSet")
+    @handles(EngineArgsSet)
     def _engine_args(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "engine_args", list(e["engine_args"]))
 
-    @handles("ImportedArgsObserved")
+    @handles(ImportedArgsObserved)
     def _imported_args(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, "imported_args", list(e["imported_args"]))
 
-    @handles("ReplicaStarted")
+    @handles(ReplicaStarted)
     def _started(self, replica_id: str, e: E) -> Keys:
         self.ready[replica_id] = (e["deployment_id"], False)
         return ()
 
-    @handles("ReplicaReady")
+    @handles(ReplicaReady)
     def _replica_ready(self, replica_id: str, e: E) -> Keys:
         return self._readiness(replica_id, ready=True)
 
-    @handles("ReplicaNotReady")
+    @handles(ReplicaNotReady)
     def _replica_not_ready(self, replica_id: str, e: E) -> Keys:
         return self._readiness(replica_id, ready=False)
 
-    @handles("ReplicaTerminated")
+    @handles(ReplicaTerminated)
     def _replica_gone(self, replica_id: str, e: E) -> Keys:
         changed = self._readiness(replica_id, ready=False)
         self.ready.pop(replica_id, None)
@@ -481,7 +530,7 @@ class Discovered(Projection[v.DiscoveredView]):
 
     name = v.DISCOVERED.name
 
-    @handles("DiscoverySighted")
+    @handles(DiscoverySighted)
     def _sighted(self, discovery_id: str, e: E) -> Keys:
         sighting: v.Sighting = e["sighting"]
         self.views[discovery_id] = {
@@ -494,27 +543,27 @@ class Discovered(Projection[v.DiscoveredView]):
         }
         return (discovery_id,)
 
-    @handles("DiscoveryResighted")
+    @handles(DiscoveryResighted)
     def _resighted(self, discovery_id: str, e: E) -> Keys:
         cast(View, self.views[discovery_id]).update(e["sighting"], present=True)
         return (discovery_id,)
 
-    @handles("DiscoveryVanished")
+    @handles(DiscoveryVanished)
     def _vanished(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id]["present"] = False
         return (discovery_id,)
 
-    @handles("DiscoveryTracked")
+    @handles(DiscoveryTracked)
     def _tracked(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id]["state"] = DiscoveryState.TRACKED
         return (discovery_id,)
 
-    @handles("DiscoveryIgnored")
+    @handles(DiscoveryIgnored)
     def _ignored(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id]["state"] = DiscoveryState.IGNORED
         return (discovery_id,)
 
-    @handles("DiscoveryPromoted")
+    @handles(DiscoveryPromoted)
     def _promoted(self, discovery_id: str, e: E) -> Keys:
         self.views[discovery_id].update(
             {"state": DiscoveryState.PROMOTED, "workload_id": e["workload_id"]}
@@ -541,7 +590,7 @@ class Allocations(_Allocations[v.AllocationView]):
         self.domains: dict[str, dict[str, str | None]] = {}  # cluster -> node -> domain
         self.on_node: dict[str, list[str]] = {}  # `<cluster>/<node>` -> live replica ids
 
-    @handles("InventoryReported")
+    @handles(InventoryReported)
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         """Re-place only the replicas on nodes whose topology domain changed."""
         before = self.domains.get(cluster_id, {})
@@ -583,11 +632,11 @@ class Allocations(_Allocations[v.AllocationView]):
         self._place(replica_id)
         return (replica_id,)
 
-    @handles("ReplicaReady")
+    @handles(ReplicaReady)
     def _ready(self, replica_id: str, e: E) -> Keys:
         return self._mark(replica_id, ready=True)
 
-    @handles("ReplicaNotReady")
+    @handles(ReplicaNotReady)
     def _not_ready(self, replica_id: str, e: E) -> Keys:
         return self._mark(replica_id, ready=False)
 
@@ -613,7 +662,7 @@ class Workloads(Projection[v.WorkloadView]):
 
     name = v.WORKLOADS.name
 
-    @handles("WorkloadCreated")
+    @handles(WorkloadCreated)
     def _created(self, workload_id: str, e: E) -> Keys:
         allowed = e.get("allowed_clusters")
         self.views[workload_id] = {
@@ -633,26 +682,26 @@ class Workloads(Projection[v.WorkloadView]):
         }
         return (workload_id,)
 
-    @handles("WorkloadScaled")
+    @handles(WorkloadScaled)
     def _scaled(self, workload_id: str, e: E) -> Keys:
         return self._set(workload_id, e, replicas=e["replicas"])
 
-    @handles("WorkloadServingConfigChanged")
+    @handles(WorkloadServingConfigChanged)
     def _serving(self, workload_id: str, e: E) -> Keys:
         return self._set(workload_id, e, serving=e["serving"], serving_digest=e["serving_digest"])
 
-    @handles("DeploymentAttached")
+    @handles(DeploymentAttached)
     def _attached(self, workload_id: str, e: E) -> Keys:
         view = self.views.get(workload_id)
         if view is not None:
             view["deployments"][e["cluster_id"]] = e["deployment_key"]
         return self._set(workload_id, e, unplaced=None)
 
-    @handles("PlacementDeferred")
+    @handles(PlacementDeferred)
     def _deferred(self, workload_id: str, e: E) -> Keys:
         return self._set(workload_id, e, unplaced=e["message"])
 
-    @handles("WorkloadDeleted")
+    @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:
         self.views.pop(workload_id, None)
         return (workload_id,)
@@ -667,7 +716,7 @@ class Clusters(Projection[v.ClusterView]):
 
     name = v.CLUSTERS.name
 
-    @handles("ClusterRegistered")
+    @handles(ClusterRegistered)
     def _registered(self, cluster_id: str, e: E) -> Keys:
         self.views[cluster_id] = {
             "cluster_id": cluster_id,
@@ -681,19 +730,19 @@ class Clusters(Projection[v.ClusterView]):
         }
         return (cluster_id,)
 
-    @handles("InventoryReported")
+    @handles(InventoryReported)
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         return self.update(cluster_id, nodes=len(e["nodes"]), devices=_devices(e["nodes"]))
 
-    @handles("ClusterReachable")
+    @handles(ClusterReachable)
     def _reachable(self, cluster_id: str, e: E) -> Keys:
         return self.update(cluster_id, reachable=True)
 
-    @handles("ClusterUnreachable")
+    @handles(ClusterUnreachable)
     def _unreachable(self, cluster_id: str, e: E) -> Keys:
         return self.update(cluster_id, reachable=False)
 
-    @handles("OperatorConnected")
+    @handles(OperatorConnected)
     def _operator(self, cluster_id: str, e: E) -> Keys:
         return self.update(cluster_id, operator=dict(e["operator"]))
 

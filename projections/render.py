@@ -21,7 +21,19 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from wingsmith.domain.contracts.render import RenderDocument
-from wingsmith.domain.deployment import Authority
+from wingsmith.domain.deployment import (
+    AdmissionDecided,
+    Authority,
+    AuthorityPromoted,
+    DeploymentCreated,
+    DeploymentDeleted,
+    DeploymentDisabled,
+    DeploymentEnabled,
+    DeploymentFailed,
+    DeploymentScaled,
+    EngineArgsSet,
+    ServingConfigChanged,
+)
 from wingsmith.projections.base import Keys, Projection, View, handles
 
 E = Mapping[str, Any]
@@ -34,7 +46,7 @@ class Render(Projection):
         super().__init__()
         self.desired: dict[str, dict[str, Any]] = {}  # deployment id -> what should run
 
-    @handles("DeploymentCreated")
+    @handles(DeploymentCreated)
     def _created(self, deployment_id: str, e: E) -> Keys:
         self.desired[deployment_id] = {
             "deployment_id": deployment_id,
@@ -56,7 +68,7 @@ class Render(Projection):
         }
         return () if self.desired[deployment_id]["managed"] else self._set(deployment_id)
 
-    @handles("AdmissionDecided")
+    @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
         admitted = e["reason"] is None
         fields: dict[str, Any] = {"granted_devices": e.get("devices", 0), "admitted": admitted}
@@ -64,16 +76,16 @@ class Render(Projection):
             fields["promoting"] = False
         return self._set(deployment_id, **fields)
 
-    @handles("DeploymentFailed")
+    @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
         """A failure releases the grant: nothing runs until admission starts over."""
         return self._set(deployment_id, granted_devices=0, admitted=False)
 
-    @handles("DeploymentScaled")
+    @handles(DeploymentScaled)
     def _scaled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, desired_replicas=e["desired_replicas"])
 
-    @handles("ServingConfigChanged")
+    @handles(ServingConfigChanged)
     def _serving(self, deployment_id: str, e: E) -> Keys:
         return self._set(
             deployment_id,
@@ -82,23 +94,23 @@ class Render(Projection):
             serving_digest=e["serving_digest"],
         )
 
-    @handles("EngineArgsSet")
+    @handles(EngineArgsSet)
     def _engine_args(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, engine_args=list(e["engine_args"]))
 
-    @handles("DeploymentEnabled")
+    @handles(DeploymentEnabled)
     def _enabled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, enabled=True)
 
-    @handles("DeploymentDisabled")
+    @handles(DeploymentDisabled)
     def _disabled(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, enabled=False)
 
-    @handles("AuthorityPromoted")
+    @handles(AuthorityPromoted)
     def _promoted(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, managed=True, promoting=True)
 
-    @handles("DeploymentDeleted")
+    @handles(DeploymentDeleted)
     def _deleted(self, deployment_id: str, e: E) -> Keys:
         """A removed view is published as a removal; one never rendered has nothing to
         remove."""
