@@ -359,6 +359,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(DeploymentCreated)
     def _created(self, deployment_id: str, e: E) -> Keys:
+        phase, reason = _first_phase(e)
         self.views[deployment_id] = {
             "deployment_id": deployment_id,
             "workload_id": e["workload_id"],
@@ -376,7 +377,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             "imported_args": e["imported_args"],
             "drift": None,
             "stale": e["cluster_id"] in self.unreachable,
-            "admission": self._admission(*_first_phase(e), e),
+            "admission": self._admission(phase, reason, e),
         }
         self.on_cluster.setdefault(e["cluster_id"], []).append(deployment_id)
         self._judge(self.views[deployment_id])
