@@ -6,6 +6,7 @@ replicas hold stay counted until they are seen terminated."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any, Literal, TypeVar, cast
 
 from typing_extensions import TypedDict, Unpack
@@ -72,7 +73,10 @@ RANK: dict[str, int] = {
     AdmissionPhase.PLACED: 2,
     AdmissionPhase.RUNNING: 3,
 }
-JUDGED = {"desired_replicas", "enabled", "authority", "engine_args", "imported_args"}
+DEGRADING = frozenset({"desired_replicas", "enabled"})  # what `degraded` is judged from
+DRIFTING = frozenset({"authority", "engine_args", "imported_args"})  # ... and `drift`
+_CLASS_AND_DEVICES = itemgetter("device_class", "devices")
+_NODE_AND_DOMAIN = itemgetter("node_id", "topology_domain")
 Row = TypeVar("Row")  # the view document of an `_Allocations`
 
 
@@ -86,8 +90,8 @@ def _first_phase(e: E) -> tuple[str, str | None]:
 def _devices(nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Total devices per device class of an inventory's nodes."""
     totals: dict[str, int] = {}
-    for node in nodes:
-        totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+    for device_class, devices in map(_CLASS_AND_DEVICES, nodes):
+        totals[device_class] = totals.get(device_class, 0) + devices
     return totals
 
 
@@ -184,17 +188,22 @@ class _Allocations(Projection[Row]):
 
     @handles(ReplicaStarted)
     def _started(self, replica_id: str, e: E) -> Keys:
-        held = self.replicas[replica_id] = (e["deployment_id"], len(e["device_ids"]))
-        deployment = self.deployments.get(held[0])
+        deployment_id, devices = self.replicas[replica_id] = (
+            e["deployment_id"],
+            len(e["device_ids"]),
+        )
+        deployment = self.deployments.get(deployment_id)
         if deployment is None:  # a replica of a deployment this plane does not know
             return ()
-        return self._held(replica_id, deployment, held[1], e)
+        return self._held(replica_id, deployment, devices, e)
 
     @handles(ReplicaTerminated)
     def _terminated(self, replica_id: str, e: E) -> Keys:
         held = self.replicas.pop(replica_id, None)
-        deployment = None if held is None else self.deployments.get(held[0])
-        if held is None or deployment is None:
+        if held is None:
+            return ()
+        deployment = self.deployments.get(held[0])
+        if deployment is None:
             return ()
         return self._held(replica_id, deployment, -held[1], None)
 
@@ -224,14 +233,16 @@ class Capacity(_Allocations[v.CapacityRow]):
 
     @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
-        self.deployments[deployment_id]["granted"] = e.get("devices", 0)
-        return self._deployment_changed(deployment_id)
+        d = self.deployments[deployment_id]
+        d["granted"] = e.get("devices", 0)
+        return self._recount(d)
 
     @handles(DeploymentFailed, DeploymentDeleted)
     def _released(self, deployment_id: str, e: E) -> Keys:
         """A failure or a deletion releases the grant; live replicas keep what they hold."""
-        self.deployments[deployment_id]["granted"] = 0
-        return self._deployment_changed(deployment_id)
+        d = self.deployments[deployment_id]
+        d["granted"] = 0
+        return self._recount(d)
 
     def _row(self, cluster_id: str, device_class: str) -> tuple[str, v.CapacityRow]:
         key = f"{cluster_id}.{device_class}"
@@ -254,6 +265,8 @@ class Capacity(_Allocations[v.CapacityRow]):
         totals = _devices(e["nodes"])
         before = self.totals.get(cluster_id, {})
         self.totals[cluster_id] = totals
+        if totals == before:  # most reports move no total
+            return ()
         changed = set()
         for device_class in before.keys() | totals.keys():
             if before.get(device_class) != totals.get(device_class):
@@ -266,18 +279,29 @@ class Capacity(_Allocations[v.CapacityRow]):
         self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
     ) -> Keys:
         deployment["allocated"] += devices
-        return self._deployment_changed(deployment["id"])
+        return self._recount(deployment)
 
     def _deployment_changed(self, deployment_id: str) -> Keys:
-        """Move this deployment's share of its row by the difference it now makes."""
-        d = self.deployments[deployment_id]
-        key, row = self._row(d["cluster_id"], d["device_class"])
-        reserved = max(d["granted"] - d["allocated"], 0)
-        before_reserved, before_allocated = self.counted.get(deployment_id, (0, 0))
+        return self._recount(self.deployments[deployment_id])
+
+    def _recount(self, d: dict[str, Any]) -> Keys:
+        """Move this deployment's share of its row by the difference it now makes (the hot
+        path of a rebuild: every replica started or terminated comes here)."""
+        key = f"{d['cluster_id']}.{d['device_class']}"
+        row = self.views.get(key)
+        if row is None:
+            key, row = self._row(d["cluster_id"], d["device_class"])
+        allocated = d["allocated"]
+        reserved = d["granted"] - allocated
+        if reserved < 0:
+            reserved = 0
+        before_reserved, before_allocated = self.counted.get(d["id"], (0, 0))
         row["reserved"] += reserved - before_reserved
-        row["allocated"] += d["allocated"] - before_allocated
-        self.counted[deployment_id] = (reserved, d["allocated"])
-        return (self._free(key, row),)
+        row["allocated"] += allocated - before_allocated
+        self.counted[d["id"]] = (reserved, allocated)
+        free = row["total"] - row["allocated"] - row["reserved"]
+        row["free"] = free if free > 0 else 0
+        return (key,)
 
     @staticmethod
     def _free(key: str, row: v.CapacityRow) -> str:
@@ -312,9 +336,13 @@ class QuotaUse(_Allocations[v.QuotaUseRow]):
     def _held(
         self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
     ) -> Keys:
-        key, row = self._row(deployment["project"], deployment["device_class"])
+        key = f"{deployment['project']}.{deployment['device_class']}"
+        row = self.views.get(key)
+        if row is None:
+            key, row = self._row(deployment["project"], deployment["device_class"])
         row["used"] += devices
-        return (self._available(row, key),)
+        row["available"] = row["quota"] - row["used"]
+        return (key,)
 
     @staticmethod
     def _available(row: v.QuotaUseRow, key: str) -> str:
@@ -380,7 +408,8 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             "admission": self._admission(phase, reason, e),
         }
         self.on_cluster.setdefault(e["cluster_id"], []).append(deployment_id)
-        self._judge(self.views[deployment_id])
+        self._degraded(self.views[deployment_id])
+        self._drift(self.views[deployment_id])
         return (deployment_id,)
 
     @handles(ClusterUnreachable)
@@ -441,8 +470,10 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         if view is None:
             return ()
         view[field] = value
-        if field in JUDGED:
-            self._judge(view)
+        if field in DEGRADING:
+            self._degraded(view)
+        elif field in DRIFTING:
+            self._drift(view)
         return (deployment_id,)
 
     @handles(DeploymentScaled)
@@ -497,23 +528,29 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(ReplicaTerminated)
     def _replica_gone(self, replica_id: str, e: E) -> Keys:
-        changed = self._readiness(replica_id, ready=False)
-        self.ready.pop(replica_id, None)
-        return changed
+        deployment_id, was = self.ready.pop(replica_id, ("", False))
+        return self._count(deployment_id, was, ready=False)
 
     def _readiness(self, replica_id: str, *, ready: bool) -> Keys:
         deployment_id, was = self.ready.get(replica_id, ("", False))
         self.ready[replica_id] = (deployment_id, ready)
+        return self._count(deployment_id, was, ready=ready)
+
+    def _count(self, deployment_id: str, was: bool, *, ready: bool) -> Keys:
+        """A replica of the deployment became ready, or stopped being ready."""
         view = self.views.get(deployment_id)
         if view is None or was == ready:
             return ()
         view["ready_replicas"] += 1 if ready else -1
-        self._judge(view)
+        self._degraded(view)
         return (deployment_id,)
 
     @staticmethod
-    def _judge(d: v.DeploymentHealthView) -> None:
+    def _degraded(d: v.DeploymentHealthView) -> None:
         d["degraded"] = d["enabled"] and d["ready_replicas"] < d["desired_replicas"]
+
+    @staticmethod
+    def _drift(d: v.DeploymentHealthView) -> None:
         observed_drift = (
             d["authority"] == Authority.OBSERVED
             and d["imported_args"] is not None
@@ -595,8 +632,10 @@ class Allocations(_Allocations[v.AllocationView]):
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         """Re-place only the replicas on nodes whose topology domain changed."""
         before = self.domains.get(cluster_id, {})
-        after = {n["node_id"]: n["topology_domain"] for n in e["nodes"]}
+        after = dict(map(_NODE_AND_DOMAIN, e["nodes"]))
         self.domains[cluster_id] = after
+        if after == before:  # most reports move no node
+            return ()
         moved = [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
         return {
             r
@@ -615,22 +654,20 @@ class Allocations(_Allocations[v.AllocationView]):
             if not self.on_node[node]:
                 del self.on_node[node]
             return (replica_id,)
+        cluster_id, node_id = deployment["cluster_id"], started["node_id"]
         self.views[replica_id] = {
             "replica_id": replica_id,
             "deployment_id": deployment["id"],
-            "cluster_id": deployment["cluster_id"],
+            "cluster_id": cluster_id,
             "name": started["name"],
-            "node_id": started["node_id"],
+            "node_id": node_id,
             "device_ids": list(started["device_ids"]),
-            "topology_domain": None,
+            "topology_domain": self.domains.get(cluster_id, {}).get(node_id),
             "ready": False,
             "serving_digest": started["serving_digest"],
             "engine_version": started["engine_version"],
         }
-        self.on_node.setdefault(f"{deployment['cluster_id']}/{started['node_id']}", []).append(
-            replica_id
-        )
-        self._place(replica_id)
+        self.on_node.setdefault(f"{cluster_id}/{node_id}", []).append(replica_id)
         return (replica_id,)
 
     @handles(ReplicaReady)
@@ -708,7 +745,11 @@ class Workloads(Projection[v.WorkloadView]):
         return (workload_id,)
 
     def _set(self, workload_id: str, e: E, **fields: Any) -> Keys:
-        return self.update(workload_id, **fields, updated_at=e["timestamp"])
+        view = self.views.get(workload_id)
+        if view is None:
+            return ()
+        cast(View, view).update(fields, updated_at=e["timestamp"])  # a view document is a dict
+        return (workload_id,)
 
 
 class Clusters(Projection[v.ClusterView]):

@@ -78,6 +78,8 @@ class ViewSink(Protocol):
 
 Source = Callable[[int], AsyncIterator[list[StreamMessage]]]
 StoreRead = Callable[[int, int], list[Notification]]
+# a stored topic's handlers and where its ids' keys start; None: no projection folds it
+Routed = tuple[list[Callable[[str, Any], Keys]], int] | None
 
 
 class Projector:
@@ -356,22 +358,22 @@ def fold(
     stamped after `until`. The hot loop of a rebuild: per stored topic it learns once which
     handlers fold it and where the aggregate id starts, and events no projection folds (and
     command receipts) are not even decoded."""
-    topics: dict[str, tuple[list[Callable[[str, Any], Keys]], int] | None] = {}
+    topics: dict[str, Routed] = {}
     while notes := read(target.position, READ_PAGE):
+        applied = 0  # the last event of the page some projection folded
         for note in notes:
-            topic = note.topic
-            if topic not in topics:
-                route = target.routes.get(event_type(topic))
-                cut = str(note.originator_id).index(":") + 1
-                bound = [handler.__get__(p) for p, handler in route or ()]
-                topics[topic] = (bound, cut) if bound else None
-            known = topics[topic]
+            try:
+                known = topics[note.topic]
+            except KeyError:
+                known = topics[note.topic] = _route(target, note)
             if known is None:
                 continue
             event = orjson.loads(note.state)
             if not isinstance(event, dict):  # the live projector sets it aside: skip it too
                 continue
             if until is not None and datetime.fromisoformat(event["timestamp"]) > until:
+                if applied:
+                    target.position = target.last_applied = applied
                 return
             handlers, cut = known
             aggregate_id = note.originator_id[cut:]  # type: ignore[index]  # ids are text
@@ -380,10 +382,19 @@ def fold(
                     handler(aggregate_id, event)
                 except Exception:  # skipped as the live projector skips it (Fold.apply)
                     log.debug("rebuild: a handler could not fold %s", note.id, exc_info=True)
-            target.position = target.last_applied = note.id
+            applied = note.id
+        if applied:
+            target.last_applied = applied
         target.position = notes[-1].id
         if progress is not None:
             progress(target.position)
+
+
+def _route(target: Fold, note: Notification) -> Routed:
+    route = target.routes.get(event_type(note.topic))
+    cut = str(note.originator_id).index(":") + 1
+    bound = [handler.__get__(p) for p, handler in route or ()]
+    return (bound, cut) if bound else None
 
 
 @dataclass

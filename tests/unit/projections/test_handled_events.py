@@ -26,7 +26,8 @@ def projections() -> list[type[Projection]]:
     """Every projection the package defines (its modules all imported first)."""
     for module in pkgutil.iter_modules(wingsmith.projections.__path__):
         importlib.import_module(f"wingsmith.projections.{module.name}")
-    found, pending = [], [Projection]
+    found: list[type[Projection]] = []
+    pending: list[type[Projection]] = [Projection]
     while pending:
         for sub in pending.pop().__subclasses__():
             pending.append(sub)
