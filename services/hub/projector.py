@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -358,6 +359,32 @@ def fold(
     stamped after `until`. The hot loop of a rebuild: per stored topic it learns once which
     handlers fold it and where the aggregate id starts, and events no projection folds (and
     command receipts) are not even decoded."""
+    with _cycle_collection_paused():
+        _fold(read, target, until, progress)
+
+
+@contextlib.contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """Folds make no reference cycles, yet they allocate so much (every event's body) that the
+    cyclic collector would run every few hundred events and walk the whole state the fold
+    keeps, again and again: a fifth of a rebuild. Reference counting frees all a fold drops;
+    the collector runs again afterwards (if it ran before)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _fold(
+    read: StoreRead,
+    target: Fold,
+    until: datetime | None,
+    progress: Callable[[int], None] | None,
+) -> None:
     topics: dict[str, Routed] = {}
     while notes := read(target.position, READ_PAGE):
         applied = 0  # the last event of the page some projection folded
