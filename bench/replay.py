@@ -79,7 +79,7 @@ from wingsmith.domain.deployment import (
 from wingsmith.domain.discovery import DiscoveredComponent, Discovery, Sighting
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
-from wingsmith.domain.values import Backend, Parallelism, ServingConfig
+from wingsmith.domain.values import MAX_DEVICES_PER_NODE, Backend, Parallelism, ServingConfig
 from wingsmith.domain.workload import Workload
 from wingsmith.services.hub.projector import READ_PAGE, rebuild
 
@@ -737,8 +737,13 @@ async def command(nc: Client, verb: str, body: dict[str, Any]) -> None:
 
 
 def inventory(command_id: str, devices: int) -> dict[str, Any]:
-    node = {"node_id": "probe-n0", "device_class": "H100", "devices": devices}
-    return {"command_id": command_id, "cluster_id": PROBE_CLUSTER, "nodes": [node]}
+    """The probe cluster with `devices` H100 in all, on as many nodes as a node's limit needs."""
+    per_node = MAX_DEVICES_PER_NODE
+    nodes = [
+        {"node_id": f"probe-n{i}", "device_class": "H100", "devices": min(per_node, devices - n)}
+        for i, n in enumerate(range(0, devices, per_node))
+    ]
+    return {"command_id": command_id, "cluster_id": PROBE_CLUSTER, "nodes": nodes}
 
 
 async def probe_under_load(nc: Client, echo: Client, seconds: float) -> None:
