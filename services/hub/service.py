@@ -8,8 +8,8 @@ the batch's commands on its own against fresh state; nothing is ever acknowledge
 
 Commands from inside the hub (the scheduler's decisions, observations) go first. Clients'
 commands are held while `Backpressure` says the hub is behind, and answered `busy` with a retry
-hint when too many wait or they have waited too long (services/hub/backpressure.py): intake slows down
-instead of the hub's lag growing without bound.
+hint when too many wait or they have waited too long (services/hub/backpressure.py): intake
+slows down instead of the hub's lag growing without bound.
 """
 
 from __future__ import annotations
