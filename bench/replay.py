@@ -14,8 +14,8 @@ admission cycles, re-sightings. The fleet's live state stays the same size while
 grows.
 
 1. *Rebuild rate against raw rate.* The raw baseline reads every stored event back with
-   `EventStore.read` in pages of `services.projector.READ_PAGE` and decodes its body with
-   orjson, nothing else. The rebuild is `services.projector.rebuild` over the same store. They
+   `EventStore.read` in pages of `services.hub.projector.READ_PAGE` and decodes its body with
+   orjson, nothing else. The rebuild is `services.hub.projector.rebuild` over the same store. They
    run alternately (`--rounds` times each); the best of each is compared.
 2. *Peak memory of a rebuild* over the first 100,000 positions and over the whole store, each in
    a fresh process (this script with a hidden flag), measured with tracemalloc; ru_maxrss is
