@@ -1,6 +1,6 @@
 """Who may say what on NATS: the nats-server configuration that makes the server itself enforce
 that an operator publishes only its own cluster's observations and reads only its own cluster's
-render messages, whatever its code does.
+render objects, whatever its code does.
 
 Everything lives in one account, `WINGSMITH`, because the operators read the hub's streams:
 JetStream across accounts would need exports and imports of API subjects per consumer, while

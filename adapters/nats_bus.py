@@ -73,7 +73,7 @@ NO_HUB_POLL = 0.2  # between resends of a request no hub answers yet
 PROGRESS_POLL = 0.5  # between looks for the projector's bucket, before a projector has run
 FETCH_WAIT = 1.0  # a pull for observations waits this long for one to arrive
 ACK_TIMEOUT = 3.0  # for the stream's acknowledgement of a batch of events
-RENDER_ACK_WAIT = 60.0  # a render message not acknowledged in this time is delivered again
+RENDER_ACK_WAIT = 60.0  # a render object not acknowledged in this time is delivered again
 CANCEL_AGAIN = 0.5  # a task that swallowed a cancellation is cancelled again after this
 
 # Limits of every stream (docs/nats.md#limits). Each is a backstop sized so that nothing the
@@ -117,7 +117,7 @@ STREAMS = [
         max_msgs_per_subject=1,
         max_bytes=DEFAULT_MAX_BYTES[RENDER_STREAM],
         max_msg_size=MAX_MESSAGE,
-        max_age=0,  # none: a deployment's desired state stands until it changes
+        max_age=0,  # none: a deployment's render object stands until it changes
         description="Desired state per deployment: the latest value per subject",
     ),
     StreamConfig(
@@ -613,7 +613,7 @@ DELETED_HEADER = "Wingsmith-Deleted"
 
 
 def view_stream(projection: str) -> tuple[str, str]:
-    """The stream a projection's changes go to, and their subject prefix: render commands go
+    """The stream a projection's changes go to, and their subject prefix: render objects go
     to the operators' stream, every other view to the projection stream."""
     if projection == "render":
         return RENDER_STREAM, names.RENDER
@@ -835,13 +835,13 @@ async def projector_progress(nc: Client) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One message from a durable consumer (an observation, a render message), to settle once
+    """One message from a durable consumer (an observation, a render object), to settle once
     it has been handled."""
 
     subject: str
     data: bytes
     msg_id: str  # the operator's Nats-Msg-Id, else `<stream>:<sequence>`
-    position: int  # the store position a render message was computed at (0: none)
+    position: int  # the store position a render object was computed at (0: none)
     _msg: Msg
 
     async def ack(self) -> None:
@@ -915,7 +915,7 @@ async def publish_observation(
     )
 
 
-# Operators: logging in with their own credentials and reading their cluster's render messages.
+# Operators: logging in with their own credentials and reading their cluster's render objects.
 # adapters/nats_auth.py writes the server configuration that lets an operator do what this
 # section does and nothing more; keep the two in step.
 
@@ -947,7 +947,7 @@ async def connect_operator(
     url: str, cluster_id: str, *, user: str | None = None, password: str | None = None
 ) -> Client:
     """A cluster operator's connection. Its replies (JetStream API answers, publish acks,
-    fetched render messages) come under `_INBOX_<cluster>`, the only subjects the server lets
+    fetched render objects) come under `_INBOX_<cluster>`, the only subjects the server lets
     that operator subscribe to, so no operator can read another's replies."""
     return await connect(
         url,
@@ -1014,7 +1014,7 @@ def _delivery(stream: str, msg: Msg) -> Delivery:
 async def render_batches(
     nc: Client, cluster_id: str, *, batch: int = 256, idle: float = 5.0
 ) -> AsyncIterator[list[Delivery]]:
-    """Desired state for one cluster, forever: first the latest render message of every one of
+    """Render objects for one cluster, forever: first the latest render object of every one of
     its deployments, then each new one, in batches of what has arrived. Each delivery must be
     acknowledged once applied (`retry` to have it again later); an empty `data` is a removal
     (the message carries `Wingsmith-Deleted: true`).

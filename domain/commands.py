@@ -142,7 +142,7 @@ class DisableDeployment(Command):
 
 
 class SetEngineArgs(Command):
-    """Set the engine arguments the deployment should run with (desired state)."""
+    """Set the engine arguments the deployment should run with (part of its render object)."""
 
     subject = "deployment.set_engine_args"
     deployment_id: DeploymentId

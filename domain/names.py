@@ -15,7 +15,7 @@ ACCOUNT = "WINGSMITH"  # the one account every user of the server is in
 
 COMMANDS = "wingsmith.cmd"  # .<aggregate>.<verb>: a command for the hub, answered by reply
 EVENTS = "wingsmith.evt"  # .<aggregate>.<id>.<EventType>: the stored history, in store order
-RENDER = "wingsmith.render"  # .<cluster>.<deployment>: desired state, for that cluster's operator
+RENDER = "wingsmith.render"  # .<cluster>.<deployment>: render object, for that cluster's operator
 OBSERVATIONS = "wingsmith.obs"  # .<cluster>.<kind>: what an operator reports
 VIEWS = "wingsmith.proj"  # .<projection>.<key>: each change of a view
 DEAD = "wingsmith.dead"  # .<component>: what a component set aside, with the reason
@@ -40,7 +40,7 @@ def observation_subject(cluster_id: str, kind: str) -> str:
 
 
 def render_filter(cluster_id: str) -> str:
-    """Every render message of one cluster."""
+    """Every render object of one cluster."""
     return f"{RENDER}.{cluster_id}.>"
 
 

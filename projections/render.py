@@ -1,4 +1,4 @@
-"""Render commands: the desired state an operator reconciles, per deployment.
+"""Render objects: what an operator reconciles, one per deployment.
 
 Key: `<cluster>.<deployment>`, published on `wingsmith.render.<cluster>.<deployment>` (stream
 `WINGSMITH_RENDER`, the latest value per subject). A managed deployment appears once admission

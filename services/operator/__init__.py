@@ -1,1 +1,1 @@
-"""The per-cluster operator: render desired state into Dynamo resources, observe, discover."""
+"""The per-cluster operator: turn render objects into Dynamo resources, observe, discover."""

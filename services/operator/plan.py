@@ -1,6 +1,6 @@
-"""Reconcile plans: what to write to a cluster so that it runs a deployment's desired state.
+"""Reconcile plans: what to write to a cluster so that it runs a deployment's render object.
 
-Pure: a plan compares the desired state with the DynamoGraphDeployment the cluster holds (none,
+Pure: a plan compares the render object with the DynamoGraphDeployment the cluster holds (none,
 one Wingsmith rendered, or one adopted from a running model) and names one write, or none and
 why not. `KubeBackend.execute` is what performs it, or refuses to.
 """

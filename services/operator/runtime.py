@@ -1,14 +1,14 @@
 """The operator's runtime, the same for a Kubernetes cluster and a simulated one.
 
-It follows the cluster's desired state (`wingsmith.render.<cluster>.>`, from the latest message
+It follows the cluster's render objects (`wingsmith.render.<cluster>.>`, from the latest message
 of every deployment on), hands each to the backend, publishes what the backend observes on
 `wingsmith.obs.<cluster>.<kind>`, and sends a heartbeat every few seconds so the hub knows the
-cluster is there. A render message is acknowledged once the backend has applied it; one it
+cluster is there. A render object is acknowledged once the backend has applied it; one it
 could not apply comes back later.
 
 What the backend observes goes up as changes (deltas). Any of them may be lost (the operator
 killed between a change and its report) or overtaken, so the runtime also syncs: on start, for
-each deployment once its desired state is applied, and every `sync_every` seconds after, it
+each deployment once its render object is applied, and every `sync_every` seconds after, it
 reports everything the backend has of every deployment (kind `sync`), and the hub sets right
 what it holds. A sync is taken and published under the same lock as every other report, so no
 report taken before it is published after it.
@@ -41,7 +41,7 @@ Report = Callable[[reports.Report], Awaitable[None]]  # sends one report to the 
 RESTART = Backoff(first=1.0, cap=10.0, jitter=0.5)  # a part of the operator that failed
 STOP_GIVE_UP = 30.0  # seconds the parts get to end before they are left behind
 SYNC_NOT_YET = 0.5  # seconds before asking again a backend that cannot tell the whole truth yet
-APPLY_AGAIN = 2.0  # seconds before a render message that could not be applied comes back
+APPLY_AGAIN = 2.0  # seconds before a render object that could not be applied comes back
 
 
 class Backend(Protocol):
@@ -71,11 +71,11 @@ class OperatorOptions:
 class OperatorCounts:
     """What the operator refused rather than act on, for as long as it runs."""
 
-    foreign_renders: int = 0  # render messages that named another cluster
+    foreign_renders: int = 0  # render objects that named another cluster
 
 
 def foreign_cluster(cluster_id: str, subject: str, data: bytes) -> str | None:
-    """Why a render message is not this cluster's to act on, or None if it is. The server's
+    """Why a render object is not this cluster's to act on, or None if it is. The server's
     permissions already keep other clusters' messages from the operator's consumer; this check
     holds even if they were bypassed (a consumer re-filtered by someone allowed to, a render
     object built wrongly): the subject's cluster token and the object's `cluster_id` must both
@@ -197,7 +197,7 @@ async def _syncs(report: Reporter, backend: Backend, every: float) -> None:
 
 
 async def _sync_one(report: Reporter, backend: Backend, deployment_id: str) -> None:
-    """A failed sync is the periodic one's to make up for: it never holds up desired state."""
+    """A failed sync is the periodic one's to make up for: it never holds up a render object."""
     try:
         await report.sync(backend, only=deployment_id)
     except Exception as e:
@@ -211,7 +211,7 @@ async def _follow_desired(
     counts: OperatorCounts,
     report: Reporter,
 ) -> None:
-    """Apply each deployment's desired state in the order the hub decided it: a message that
+    """Apply each deployment's render object in the order the hub decided it: a message that
     comes back after a newer one for the same deployment was applied is old news. One the
     backend can never apply (it cannot be expressed) is logged and not tried again, and so is
     one for another cluster, which is never handed to the backend. The first time a deployment

@@ -1,6 +1,6 @@
 """The operator backend for a real Kubernetes cluster running Dynamo.
 
-Reconciling is two steps: `plan.plan` (pure) compares a deployment's desired state with the
+Reconciling is two steps: `plan.plan` (pure) compares a deployment's render object with the
 DynamoGraphDeployment the cluster holds and says what to write; `KubeBackend.execute` is the
 one place that writes. For an observed deployment, or in read-only mode, it writes nothing and
 reports what it would have done instead, so the zero-write guarantee has a single choke point.
@@ -83,7 +83,7 @@ class KubeBackend:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
-        self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last desired state applied
+        self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
         self._report: Send | None = None
         # what the cluster holds, per kind ("dgd", "pod", "node") and (namespace, name)
         self._cache: dict[str, dict[tuple[str, str], Obj]] = {"dgd": {}, "pod": {}, "node": {}}
@@ -96,7 +96,7 @@ class KubeBackend:
         self._live: dict[str, dict[tuple[str, str], str]] = {}  # deployment -> pod -> digest
         self._pods_seen = 0  # the highest pod resourceVersion seen: what a sync is as of
 
-    # -- desired state -------------------------------------------------------------------
+    # -- render object -------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         async with self._locks.setdefault(deployment_id, asyncio.Lock()):
@@ -104,7 +104,7 @@ class KubeBackend:
 
     async def _restore(self, deployment_id: str) -> None:
         """Someone changed or deleted what we rendered: put back what is desired now. A failure
-        here is logged: the next change, or the next render message, tries again."""
+        here is logged: the next change, or the next render object, tries again."""
         async with self._locks.setdefault(deployment_id, asyncio.Lock()):
             if (desired := self.desired.get(deployment_id)) is None:
                 return
@@ -129,7 +129,7 @@ class KubeBackend:
         raise RuntimeError(f"{deployment_id}: the DynamoGraphDeployment keeps changing")
 
     def _index(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
-        """Keep the desired state, and which pods and DGDs belong to it."""
+        """Keep the render object, and which pods and DGDs belong to it."""
         before = self.desired.pop(deployment_id, None)
         if desired is not None:
             self.desired[deployment_id] = desired
@@ -270,7 +270,7 @@ class KubeBackend:
             await self._report_inventory()
 
     async def _resync(self, deployment_id: str) -> None:
-        """Report again what was seen of a deployment before its desired state arrived: its
+        """Report again what was seen of a deployment before its render object arrived: its
         pods and DGD could not be told apart from others' until then."""
         for dgd in list(self._cache["dgd"].values()):
             if self._deployment_of_dgd(dgd) == deployment_id:

@@ -143,7 +143,7 @@ class SimulatedCluster:
     # -- the backend ---------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
-        """Keep the desired state; run it unless the operator is read-only or the deployment is
+        """Keep the render object; run it unless the operator is read-only or the deployment is
         observed (then nothing on the cluster changes, as for a real one)."""
         async with self._lock:
             if desired is None:
