@@ -140,6 +140,7 @@ async def test_sigkill_during_pod_starts_on_a_simulated_cluster_heals_within_a_s
     try:
         await up.wait_ready(client)
         await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=8)
+        await until_event(client, "cluster", "east", "OperatorConnected")  # east is known
         await command(client, "w", "workload.create", **pinned("chat", replicas=1))
         async with replica_news(client) as news:
             mid_change = 0  # rounds killed as the plane recorded a change, not after a wait
