@@ -34,6 +34,16 @@ def _data_dir(text: str | None) -> Path:
     return Path(text or DEFAULT_DATA_DIR).resolve()
 
 
+def _read_only(concept: bool | None, ours: bool | None) -> bool:
+    """HANGAR_OPERATOR_READ_ONLY or WINGSMITH_OPERATOR_READ_ONLY (unset: read-write); two that
+    disagree are refused rather than one of them quietly ignored."""
+    if concept is not None and ours is not None and concept != ours:
+        raise ValueError(
+            "HANGAR_OPERATOR_READ_ONLY and WINGSMITH_OPERATOR_READ_ONLY disagree: set one of them"
+        )
+    return bool(concept if concept is not None else ours)
+
+
 def _environment(env: dict[str, str] | None) -> Environment:
     from wingsmith.services.environment import read  # pydantic-settings, only when asked
 
@@ -100,7 +110,7 @@ class Settings:
             store_url=e.store_url,
             data_dir=_data_dir(e.data_dir),
             max_command_bytes=e.max_command_bytes,
-            operator_read_only=e.operator_read_only,
+            operator_read_only=_read_only(e.concept_read_only, e.operator_read_only),
             relay=not e.no_relay,
             projector=e.projector,
             admission=e.admission,

@@ -72,6 +72,17 @@ def _switch(default: bool) -> BeforeValidator:
     return _read(parse)
 
 
+def _clear_switch(variable: str, text: str) -> bool:
+    """A switch whose wrong guess is costly (read-only): only a clear word either way."""
+    word = text.strip().lower()
+    if word not in _YES | _NO:
+        raise ValueError(
+            f"{variable} must be true or false (1/0, yes/no, on/off), not {text!r}: "
+            "an unclear value would leave the operator free to write"
+        )
+    return word in _YES
+
+
 def _sweep(variable: str, text: str) -> float:
     """0 turns the sweep off (docs/nats-security.md says what that gives up); otherwise at
     least 0.1 s, so a sweep never runs back to back with the last."""
@@ -164,7 +175,13 @@ class Environment(BaseSettings):
     store_url: Annotated[str | None, _read(_text)] = _var("WINGSMITH_STORE", None)
     data_dir: Annotated[str | None, _read(_text)] = _var("WINGSMITH_DATA_DIR", None)
     max_command_bytes: Annotated[int, _whole(1024)] = _var("WINGSMITH_MAX_COMMAND_BYTES", 65536)
-    operator_read_only: Annotated[bool, _switch(False)] = _var("HANGAR_OPERATOR_READ_ONLY", False)
+    # the concept document's name for the switch, and ours; either may be given, not both apart
+    concept_read_only: Annotated[bool | None, _read(_clear_switch)] = _var(
+        "HANGAR_OPERATOR_READ_ONLY", None
+    )
+    operator_read_only: Annotated[bool | None, _read(_clear_switch)] = _var(
+        "WINGSMITH_OPERATOR_READ_ONLY", None
+    )
     no_relay: Annotated[bool, _switch(False)] = _var("WINGSMITH_NO_RELAY", False)
     projector: Annotated[bool, _switch(True)] = _var("WINGSMITH_PROJECTOR", True)
     admission: Annotated[bool, _switch(True)] = _var("WINGSMITH_ADMISSION", True)

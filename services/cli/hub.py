@@ -79,7 +79,11 @@ async def _up(args: argparse.Namespace) -> int:
             state_dir = settings.data_dir / "simulated"
             await stack.enter_async_context(
                 simulated_operators(
-                    hub.nc, clusters, state_dir=state_dir, sync_every=settings.operator_sync_every
+                    hub.nc,
+                    clusters,
+                    state_dir=state_dir,
+                    sync_every=settings.operator_sync_every,
+                    read_only=settings.operator_read_only,
                 )
             )
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())

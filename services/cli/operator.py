@@ -35,6 +35,12 @@ def operator(parser: argparse.ArgumentParser) -> None:
         default=V1BETA1,
         help="the DynamoGraphDeployment version to render (v1alpha1: older Dynamo operators)",
     )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="observe and report, never write to the cluster "
+        "(as HANGAR_OPERATOR_READ_ONLY / WINGSMITH_OPERATOR_READ_ONLY=true)",
+    )
     parser.set_defaults(run=_operator)
 
 
@@ -43,7 +49,7 @@ async def _operator(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     options = OperatorOptions(
         cluster_id=args.cluster_id,
-        read_only=settings.operator_read_only,
+        read_only=args.read_only or settings.operator_read_only,
         simulated=bool(args.simulated),
         sync_every=settings.operator_sync_every,
     )

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.domain import names
+from wingsmith.domain.cluster import Cluster
 from wingsmith.services.hub.wiring import Hub
 
 from .conftest import wait_for
@@ -121,3 +122,51 @@ async def test_a_simulated_operator_registers_its_cluster_and_takes_faults(
     finally:
         operator.terminate()
         await asyncio.to_thread(operator.wait, 30)
+
+
+async def test_read_only_is_a_flag_or_either_variable_and_an_unclear_value_stops_the_operator(
+    hub: Hub, nats_server: EmbeddedNatsServer
+) -> None:
+    base = [*WINGSMITH, "operator", "--simulated", "1x4:H100", "--cluster-id"]
+    ways = {
+        "ro-flag": (["--read-only"], {}),
+        "ro-hangar": ([], {"HANGAR_OPERATOR_READ_ONLY": "true"}),
+        "ro-ours": ([], {"WINGSMITH_OPERATOR_READ_ONLY": "yes"}),
+    }
+    running = [
+        subprocess.Popen(
+            [*base, cluster_id, *flags],
+            env=env(nats_server.url) | variables,
+            stdout=subprocess.PIPE,
+        )
+        for cluster_id, (flags, variables) in ways.items()
+    ]
+    try:
+        for process in running:
+            assert process.stdout is not None
+            line = await asyncio.to_thread(process.stdout.readline)
+            assert line.endswith(b"ready (read-only)\n"), line
+
+        async def all_read_only() -> bool:
+            for cluster_id in ways:
+                cluster = await hub.store.run(hub.store.store.load, f"cluster:{cluster_id}")
+                if not isinstance(cluster, Cluster) or cluster.operator is None:
+                    return False
+                if not cluster.operator.read_only:
+                    return False
+            return True
+
+        await wait_for(all_read_only, 30, "three read-only operators to be heard")
+    finally:
+        for process in running:
+            process.terminate()
+            await asyncio.to_thread(process.wait, 30)
+    unclear = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "ro-unclear"],
+        env=env(nats_server.url) | {"HANGAR_OPERATOR_READ_ONLY": "maybe"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert unclear.returncode != 0 and b"ready" not in unclear.stdout
+    assert b"HANGAR_OPERATOR_READ_ONLY must be true or false" in unclear.stderr, unclear.stderr

@@ -5,6 +5,7 @@ would."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from wingsmith.services.operator.backends.simulated import (
     simulated_operators,
 )
 
-from .conftest import LLAMA, send_until_answered, wait_for
+from .conftest import LLAMA, read_store, send_until_answered, wait_for
 
 
 async def command(client: Client, n: str, verb: str, **body: Any) -> dict[str, Any]:
@@ -154,3 +155,28 @@ async def test_a_simulated_cluster_keeps_its_pods_across_operator_restarts(
             await until_event(client, "replica", "*", "ReplicaTerminated")
         started = await event_types(client, "replica", "*")
         assert started.count("ReplicaStarted") == 2  # the same two pods: none started again
+
+
+async def test_read_only_simulated_operators_observe_and_start_nothing(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """What `wingsmith up --simulated` starts with HANGAR_OPERATOR_READ_ONLY=true: the render
+    object arrives, and no pod is started for it."""
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    nodes = {"east": [SimNode("east-n1", "H100", 4)]}
+    async with running_hub(settings):
+        await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=4)
+        async with simulated_operators(client, nodes, ready_after=0.1, read_only=True) as clusters:
+            await until_event(client, "cluster", "east", "OperatorConnected")
+            await pinned_workload(client)
+            east = clusters["east"]
+
+            async def arrived() -> bool:
+                return "chat--east" in east.desired
+
+            await wait_for(arrived, 30, "the render object to reach the read-only cluster")
+            await asyncio.sleep(0.5)  # five times what a pod takes to be ready here
+            assert east.pods.get("chat--east", {}) == {}
+    history = read_store(settings.data_dir)
+    connected = [n for n in history if n.topic.endswith("OperatorConnected")]
+    assert connected and all(orjson.loads(n.state)["operator"]["read_only"] for n in connected)

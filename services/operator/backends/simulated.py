@@ -631,14 +631,16 @@ async def simulated_operators(
     heartbeat_every: float = 5.0,
     state_dir: Path | None = None,
     sync_every: float = 60.0,
+    read_only: bool = False,
 ) -> AsyncIterator[dict[str, SimulatedCluster]]:
     """An operator on a simulated cluster for each entry, for as long as the block runs; with
-    `state_dir`, the clusters' pods outlive it."""
+    `state_dir`, the clusters' pods outlive it; `read_only`, they observe and never write."""
     simulated = {
         cluster_id: SimulatedCluster(
             cluster_id,
             nodes,
             ready_after=ready_after,
+            read_only=read_only,
             state_file=state_dir / f"{cluster_id}.json" if state_dir else None,
         )
         for cluster_id, nodes in clusters.items()
@@ -647,6 +649,7 @@ async def simulated_operators(
     for cluster_id, cluster in simulated.items():
         options = OperatorOptions(
             cluster_id=cluster_id,
+            read_only=read_only,
             simulated=True,
             heartbeat_every=heartbeat_every,
             sync_every=sync_every,

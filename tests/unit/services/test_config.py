@@ -122,6 +122,32 @@ def test_a_switch_that_is_on_stays_on_unless_told_off(value: str | None, on: boo
     ("value", "on"), [(None, False), ("", False), ("true", True), ("Yes", True), ("maybe", False)]
 )
 def test_a_switch_that_is_off_stays_off_unless_told_on(value: str | None, on: bool) -> None:
-    env = {} if value is None else {"WINGSMITH_NO_RELAY": value, "HANGAR_OPERATOR_READ_ONLY": value}
-    settings = Settings.from_env(env)
-    assert (settings.relay, settings.operator_read_only) == (not on, on)
+    settings = Settings.from_env({} if value is None else {"WINGSMITH_NO_RELAY": value})
+    assert settings.relay is not on
+
+
+@pytest.mark.parametrize("variable", ["HANGAR_OPERATOR_READ_ONLY", "WINGSMITH_OPERATOR_READ_ONLY"])
+@pytest.mark.parametrize(
+    ("value", "read_only"),
+    [(None, False), ("", False), ("true", True), (" Yes", True), ("1", True), ("OFF", False)],
+)
+def test_the_read_only_switch_has_two_names(
+    variable: str, value: str | None, read_only: bool
+) -> None:
+    settings = Settings.from_env({} if value is None else {variable: value})
+    assert settings.operator_read_only is read_only
+
+
+@pytest.mark.parametrize("value", ["maybe", "ture", "2", "read-only"])
+def test_an_unclear_read_only_switch_is_refused_not_taken_as_read_write(value: str) -> None:
+    for variable in ("HANGAR_OPERATOR_READ_ONLY", "WINGSMITH_OPERATOR_READ_ONLY"):
+        with pytest.raises(ValueError, match=f"^{variable} must be true or false .*{value!r}"):
+            Settings.from_env({variable: value})
+
+
+def test_the_two_read_only_names_may_not_disagree() -> None:
+    both = {"HANGAR_OPERATOR_READ_ONLY": "true", "WINGSMITH_OPERATOR_READ_ONLY": "no"}
+    with pytest.raises(ValueError, match="disagree"):
+        Settings.from_env(both)
+    agreeing = Settings.from_env(both | {"WINGSMITH_OPERATOR_READ_ONLY": "on"})
+    assert agreeing.operator_read_only is True
