@@ -6,7 +6,7 @@ asked for: the command line's REST client reads this module for its file names a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,33 +102,18 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         e = _environment(env)
         login = {USER_VARIABLE: e.nats_user, PASSWORD_VARIABLE: e.nats_password}
+        # every setting the environment has under the same name, as read; then those it
+        # reads differently (a relative data directory, two read-only names, a login)
+        read = {f.name: getattr(e, f.name) for f in fields(cls) if f.name in type(e).model_fields}
         return cls(
-            observation_rate=e.observation_rate,
-            observation_burst=e.observation_burst,
-            stream_max_bytes=e.stream_max_bytes,
-            nats_url=e.nats_url,
-            store_url=e.store_url,
-            data_dir=_data_dir(e.data_dir),
-            max_command_bytes=e.max_command_bytes,
-            operator_read_only=_read_only(e.concept_read_only, e.operator_read_only),
-            relay=not e.no_relay,
-            projector=e.projector,
-            admission=e.admission,
-            stream_replicas=e.stream_replicas,
-            cluster_silence=e.cluster_silence,
-            intake_max_lag=e.intake_max_lag,
-            operator_sync_every=e.operator_sync_every,
-            nats_credentials=credentials_from_env(login),
-            api_listen=e.api_listen,
-            api_tokens=e.api_tokens,
-            api_read_tokens=e.api_read_tokens,
-            api_header_timeout=e.api_header_timeout,
-            api_body_timeout=e.api_body_timeout,
-            api_max_connections=e.api_max_connections,
-            consumer_sweep=e.consumer_sweep,
-            health=_health(e),
-            checkpoint_seconds=e.checkpoint_seconds,
-            views_duplicate_window=e.views_duplicate_window,
+            **read
+            | {
+                "data_dir": _data_dir(e.data_dir),
+                "operator_read_only": _read_only(e.concept_read_only, e.operator_read_only),
+                "relay": not e.no_relay,
+                "nats_credentials": credentials_from_env(login),
+                "health": _health(e),
+            }
         )
 
     @property

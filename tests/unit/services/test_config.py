@@ -3,9 +3,12 @@ variable."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from wingsmith.services.config import Settings
+from wingsmith.services.environment import Environment
 
 
 def test_the_api_limits_have_defaults() -> None:
@@ -151,3 +154,10 @@ def test_the_two_read_only_names_may_not_disagree() -> None:
         Settings.from_env(both)
     agreeing = Settings.from_env(both | {"WINGSMITH_OPERATOR_READ_ONLY": "on"})
     assert agreeing.operator_read_only is True
+
+
+def test_every_setting_is_read_from_the_environment() -> None:
+    """A setting the environment has no variable for would quietly keep its default."""
+    derived = {"relay", "nats_credentials", "health"}  # from no_relay, the login, the limits
+    missing = {f.name for f in fields(Settings)} - set(Environment.model_fields) - derived
+    assert not missing
