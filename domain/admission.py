@@ -54,6 +54,7 @@ from wingsmith.domain.deployment import (
     DeploymentPlaced,
     DeploymentRunning,
     DeploymentScaled,
+    FailureCleared,
     ServingConfigChanged,
 )
 from wingsmith.domain.placement import RoomIndex, shares
@@ -389,6 +390,14 @@ class Ledger:
         return self._set_phase(
             deployment_id, AdmissionPhase.FAILED, AdmissionReason.CLUSTER_FAILURE, 0
         )
+
+    @handles(FailureCleared)
+    def _failure_cleared(self, deployment_id: str, e: E) -> list[str]:
+        """The cluster took what it had refused: decided again from the start."""
+        released = self._set_phase(
+            deployment_id, AdmissionPhase.PENDING, AdmissionReason.AWAITING_ADMISSION, 0
+        )
+        return [deployment_id, *released] if deployment_id in self.deployments else released
 
     @handles(ReplicaStarted)
     def _replica_started(self, replica_id: str, e: E) -> list[str]:

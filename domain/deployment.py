@@ -80,12 +80,35 @@ for _phase, _next in list(TRANSITIONS.items()):
         TRANSITIONS[_phase] = _next | {AdmissionPhase.FAILED}
 
 
+class StatusCondition(Frozen):
+    """Something wrong that the cluster shows, under Kubernetes' or Dynamo's own reason:
+    `ImagePullBackOff`, `CrashLoopBackOff`, `OOMKilled`, a DGD's `failed` state, or the API
+    server's refusal of what the operator wrote.
+
+    A transient condition (the kubelet or the Dynamo operator retries it by itself) is shown and
+    changes nothing the plane decides: what serves keeps serving. A permanent one (`permanent`)
+    comes with the cluster phase `failed`: the cluster refuses the deployment as rendered.
+    """
+
+    reason: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
+    message: str | None = Field(default=None, max_length=1024)
+    permanent: bool = False
+    pods: int = Field(default=0, ge=0, le=100_000)  # how many pods show it; 0: the graph itself
+
+
+MAX_CONDITIONS = 16
+
+
 class DeploymentStatus(Frozen):
+    """What the cluster says of a deployment. `failed` is permanent: the cluster refuses it as
+    rendered. Transient trouble is a condition beside a phase that stays what it is."""
+
     phase: ClusterPhase
     reason: str | None = Field(default=None, max_length=256)
     message: str | None = Field(default=None, max_length=4096)
     ready_replicas: int = Field(ge=0, le=100_000)
     desired_replicas: int = Field(ge=0, le=100_000)
+    conditions: tuple[StatusCondition, ...] = Field(default=(), max_length=MAX_CONDITIONS)
 
 
 class AuthorityDrift(DomainError):
@@ -174,8 +197,9 @@ class Deployment(Aggregate):
             self._record(DeploymentScaled, cause, desired_replicas=desired_replicas)
 
     def enable(self, cause: Cause) -> None:
+        """Enabling a failed deployment, even one enabled already, asks for admission again."""
         self._check_plane(cause, "enabled")
-        if not self.enabled:
+        if not self.enabled or self.admission_phase is AdmissionPhase.FAILED:
             self._record(DeploymentEnabled, cause)
 
     def disable(self, cause: Cause) -> None:
@@ -301,13 +325,16 @@ class Deployment(Aggregate):
             self._advance(cause, AdmissionPhase.RUNNING)
 
     def record_status(self, cause: Cause, status: DeploymentStatus, *, version: int) -> None:
-        """The cluster's status, recorded as it is (`observe_status`); a failure, or no ready
-        replica left, moves the admission phase."""
+        """The cluster's status, recorded as it is (`observe_status`); a permanent failure, the
+        end of one, or no ready replica left, moves the admission phase. Transient conditions
+        move nothing: what serves keeps serving while the cluster retries."""
         if not self.observe_status(cause, status, version=version):
             return
         if status.phase is ClusterPhase.FAILED:
             reason = status.reason or "Failed"
             self.mark_failed(cause, reason, status.message or reason)
+        elif self.admission_phase is AdmissionPhase.FAILED and not self.deleted:
+            self._record(FailureCleared, cause)  # the cluster took it after all: admit again
         elif status.ready_replicas == 0 and self.admission_phase is AdmissionPhase.RUNNING:
             self.mark_placed(cause)  # allocated, but nothing serves now
         elif status.ready_replicas:
@@ -488,6 +515,14 @@ class DeploymentFailed(Event):
         d.admission_phase = AdmissionPhase.FAILED
         d.admission_reason = AdmissionReason.CLUSTER_FAILURE
         d.granted_devices = 0  # a failure releases the grant; admission starts over
+
+
+class FailureCleared(Event):
+    """The cluster no longer refuses the deployment: admission starts over."""
+
+    def apply(self, d: Any) -> None:
+        d.admission_phase = AdmissionPhase.PENDING
+        d.admission_reason = AdmissionReason.AWAITING_ADMISSION
 
 
 class DeploymentDeleted(Event):

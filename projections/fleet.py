@@ -34,6 +34,7 @@ from wingsmith.domain.deployment import (
     DeploymentRunning,
     DeploymentScaled,
     EngineArgsSet,
+    FailureCleared,
     ImportedArgsObserved,
     LiveDigestsObserved,
     ServingConfigChanged,
@@ -149,6 +150,10 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
     @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
         return self._set(deployment_id, AdmissionPhase.FAILED)
+
+    @handles(FailureCleared)
+    def _cleared(self, deployment_id: str, e: E) -> Keys:
+        return self._set(deployment_id, AdmissionPhase.PENDING)
 
     @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:
@@ -456,6 +461,11 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission(AdmissionPhase.FAILED, e["reason"], e, message=e["message"])
+        return self._set(deployment_id, "admission", admission)
+
+    @handles(FailureCleared)
+    def _cleared(self, deployment_id: str, e: E) -> Keys:
+        admission = self._admission(AdmissionPhase.PENDING, AdmissionReason.AWAITING_ADMISSION, e)
         return self._set(deployment_id, "admission", admission)
 
     @handles(DeploymentDeleted)

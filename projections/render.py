@@ -155,4 +155,5 @@ class Render(Projection):
             "enabled": d["enabled"],
             "authority": Authority.MANAGED if d["managed"] else Authority.OBSERVED,
             "adopted": d["adopted"],
+            "nodes_per_worker": 1,
         }

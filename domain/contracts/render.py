@@ -51,6 +51,7 @@ class RenderDocument(TypedDict):
     enabled: bool
     authority: Authority
     adopted: AdoptedRef | None
+    nodes_per_worker: int  # one engine worker spans this many nodes (multinode when > 1)
 
 
 class Adopted(BaseModel):
@@ -81,3 +82,6 @@ class RenderObject(BaseModel):
     enabled: bool = True
     authority: Authority
     adopted: Adopted | None = None
+    # One engine worker (a replica, or each of its prefill and decode halves) runs on this many
+    # nodes of the cluster, its devices split evenly between them: what admission counted.
+    nodes_per_worker: int = Field(default=1, ge=1, le=64)

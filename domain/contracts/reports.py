@@ -150,11 +150,12 @@ class InventoryReport(Report):
 
 class ActionReport(Report):
     """What an operator wrote to its cluster for a deployment, or would have written
-    (`performed` false: the deployment is observed, or the operator is read-only)."""
+    (`performed` false: the deployment is observed, the operator is read-only, or the API
+    server refused it, which `reason` then says)."""
 
     kind = "action"
     deployment_id: DeploymentId
-    verb: Literal["create", "patch", "delete"]
+    verb: Literal["create", "apply", "patch", "replace", "delete"]
     namespace: Namespace
     name: ObjectName
     performed: bool

@@ -62,6 +62,15 @@ class Admission(TypedDict):
     message: NotRequired[str]
 
 
+class StatusCondition(TypedDict):
+    """Trouble the cluster shows (`ImagePullBackOff`, `CrashLoopBackOff`, `OOMKilled`, ...)."""
+
+    reason: str
+    message: str | None
+    permanent: bool
+    pods: int
+
+
 class ClusterStatus(TypedDict):
     """What the cluster last said of a deployment."""
 
@@ -70,6 +79,7 @@ class ClusterStatus(TypedDict):
     message: str | None
     ready_replicas: int
     desired_replicas: int
+    conditions: NotRequired[list[StatusCondition]]
 
 
 class Drift(TypedDict):
