@@ -322,12 +322,31 @@ def _deployment_table(found: v.DeploymentList) -> str:
             d["authority"],
             "yes" if d["enabled"] else "no",
             d["status"]["phase"] if d["status"] else None,
+            _conditions(d["status"]),
             ", ".join(f"{k}:{v}" for k, v in d["live_digests"].items()),
         )
         for d in found["deployments"]
     ]
     headers = ("DEPLOYMENT", "CLUSTER", "PHASE", "REASON", "READY", "AUTHORITY", "ENABLED")
-    return table((*headers, "STATUS", "LIVE DIGESTS"), rows)
+    return table((*headers, "STATUS", "CONDITIONS", "LIVE DIGESTS"), rows)
+
+
+_MESSAGE_SHOWN = 80  # of a permanent condition's message, in a table cell
+
+
+def _conditions(status: v.ClusterStatus | None) -> str:
+    """What is wrong, as the cluster says: a transient reason with the pods showing it, a
+    permanent one with its message (whole in `--json`)."""
+    shown = []
+    for c in status.get("conditions", []) if status else []:
+        if c["permanent"]:
+            message = c["message"] or ""
+            cut = message if len(message) <= _MESSAGE_SHOWN else message[: _MESSAGE_SHOWN - 1] + "…"
+            shown.append(f"{c['reason']}: {cut}" if cut else c["reason"])
+        else:
+            pods = c["pods"]
+            shown.append(f"{c['reason']} ({pods} pod{'s' * (pods != 1)})" if pods else c["reason"])
+    return ", ".join(shown)
 
 
 async def _list_deployments(api: ApiClient, args: argparse.Namespace) -> str:

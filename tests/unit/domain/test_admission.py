@@ -602,3 +602,25 @@ def test_a_deployment_that_cannot_be_decided_does_not_stop_the_others() -> None:
     failed: list[str] = []
     decisions = fleet.ledger.decide_all(["a", "b"], on_error=lambda d, e: failed.append(d))
     assert (failed, verdict(decisions)) == (["a"], [("b", True, 2, None)])
+
+
+def test_a_failure_releases_the_grant_and_its_end_starts_admission_over() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 4)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 1, per=2)
+    assert fleet.event("DeploymentFailed", "a", reason="Rejected", message="immutable") == []
+    assert fleet.ledger.deployments["a"].granted == 0
+    assert verdict(fleet.deployment("b", 1, per=2)) == [("b", True, 2, None)]
+    decisions = fleet.event("FailureCleared", "a")
+    assert verdict(decisions) == [("a", True, 2, None)]  # what is left fits: admitted again
+
+
+def test_enabling_a_failed_deployment_decides_for_it_again() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 4)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 2, per=2)
+    fleet.event("DeploymentFailed", "a", reason="Rejected", message="immutable")
+    decisions = fleet.event("DeploymentEnabled", "a")
+    assert verdict(decisions) == [("a", False, 0, "awaiting_admission"), ("a", True, 4, None)]

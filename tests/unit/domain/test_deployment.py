@@ -11,6 +11,7 @@ from wingsmith.domain.deployment import (
     ClusterPhase,
     Deployment,
     DeploymentStatus,
+    StatusCondition,
 )
 from wingsmith.domain.replica import Replica
 
@@ -299,3 +300,58 @@ def test_a_status_moves_the_phase_only_when_it_is_news() -> None:
         AdmissionPhase.FAILED,
         AdmissionReason.CLUSTER_FAILURE,
     )
+
+
+def test_transient_conditions_keep_a_serving_deployment_serving() -> None:
+    d = managed()
+    d.decide_admission(plane(), admitted=True, reason=None, evidence={}, devices=2)
+    d.record_status(cluster(), status(ClusterPhase.READY, 2), version=1)
+    pulling = StatusCondition(reason="ImagePullBackOff", message="pull access denied", pods=1)
+    d.record_status(
+        cluster(), status(ClusterPhase.PROGRESSING, 1, conditions=(pulling,)), version=2
+    )
+    assert d.admission_phase is AdmissionPhase.RUNNING and d.granted_devices == 2
+    assert d.status is not None and d.status.conditions == (pulling,)
+    d.record_status(cluster(), status(ClusterPhase.READY, 2), version=3)
+    assert d.status is not None and d.status.conditions == ()
+    assert "DeploymentFailed" not in recorded(d)
+
+
+def test_a_permanent_failure_clears_when_the_cluster_takes_the_deployment() -> None:
+    d = managed()
+    admit(d)
+    refused = StatusCondition(
+        reason="Rejected", message="spec.components: immutable", permanent=True
+    )
+    d.record_status(cluster(), status(ClusterPhase.FAILED, 0, conditions=(refused,)), version=1)
+    assert d.admission_phase is AdmissionPhase.FAILED and d.granted_devices == 0
+    d.record_status(cluster(), status(ClusterPhase.FAILED, 0), version=2)  # still refused
+    assert recorded(d).count("FailureCleared") == 0
+    d.record_status(cluster(), status(ClusterPhase.PROGRESSING, 0), version=3)
+    assert recorded(d)[-1] == "FailureCleared"
+    assert (d.admission_phase, d.admission_reason) == (
+        AdmissionPhase.PENDING,
+        AdmissionReason.AWAITING_ADMISSION,
+    )
+
+
+def test_enabling_a_failed_deployment_asks_for_admission_again() -> None:
+    d = managed()
+    admit(d)
+    d.record_status(cluster(), status(ClusterPhase.FAILED, 0), version=1)
+    recorded(d)
+    d.enable(plane())
+    assert recorded(d) == ["DeploymentEnabled"]
+    d.enable(plane())  # enabled, and no longer failed once admission decides: nothing more
+    d.decide_admission(
+        plane(), admitted=False, reason=AdmissionReason.AWAITING_ADMISSION, evidence={}
+    )
+    d.enable(plane())
+    assert recorded(d) == ["DeploymentEnabled", "AdmissionDecided"]
+
+
+def test_a_status_has_bounded_conditions_with_kubernetes_reasons() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        StatusCondition(reason="image pull; rm -rf")
+    with pytest.raises(ValueError, match="conditions"):
+        status(ClusterPhase.READY, 1, conditions=[StatusCondition(reason="X")] * 17)

@@ -128,3 +128,34 @@ def test_the_chosen_command_is_the_first_word_that_is_no_option() -> None:
 
 def test_every_example_is_of_a_known_command() -> None:
     assert set(EXAMPLES) == set(COMMANDS) | set(RESOURCES)
+
+
+def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
+    from wingsmith.services.cli.client import _deployment_table
+
+    row = {
+        "deployment_id": "llama--east",
+        "cluster_id": "east",
+        "admission_phase": "running",
+        "admission_reason": None,
+        "ready_replicas": 2,
+        "desired_replicas": 3,
+        "authority": "managed",
+        "enabled": True,
+        "live_digests": {"svg_1": 2},
+        "status": {
+            "phase": "progressing",
+            "reason": None,
+            "message": None,
+            "ready_replicas": 2,
+            "desired_replicas": 3,
+            "conditions": [
+                {"reason": "ImagePullBackOff", "message": "denied", "permanent": False, "pods": 1},
+                {"reason": "Rejected", "message": "x" * 200, "permanent": True, "pods": 0},
+            ],
+        },
+    }
+    text = _deployment_table({"deployments": [row]})  # type: ignore[typeddict-item]
+    assert "CONDITIONS" in text.splitlines()[0]
+    assert "ImagePullBackOff (1 pod), Rejected: " + "x" * 79 + "…" in text
+    assert "denied" not in text  # a transient one shows its pods; the message is in --json
