@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -131,6 +132,7 @@ def test_every_example_is_of_a_known_command() -> None:
 
 
 def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
+    from wingsmith.domain.contracts.views import DeploymentList
     from wingsmith.services.cli.client import _deployment_table
 
     row = {
@@ -155,7 +157,7 @@ def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
             ],
         },
     }
-    text = _deployment_table({"deployments": [row]})  # type: ignore[typeddict-item]
+    text = _deployment_table(cast("DeploymentList", {"deployments": [row]}))
     assert "CONDITIONS" in text.splitlines()[0]
     assert "ImagePullBackOff (1 pod), Rejected: " + "x" * 79 + "…" in text
     assert "denied" not in text  # a transient one shows its pods; the message is in --json
