@@ -102,7 +102,8 @@ class Sighting(Frozen):
                 raise InvalidValue(
                     f"the manifest does not say the {field}: give serving", field=field
                 )
-        disaggregated = bool({c.role for c in self.workers()} & {"prefill", "decode"})
+        # a decode worker alone serves whole requests: only a prefill worker splits them
+        disaggregated = any(c.role == "prefill" for c in self.workers())
         try:
             return ServingConfig(
                 model=self.model,

@@ -1,6 +1,6 @@
 """`wingsmith render` and `inspect-dgd`: DynamoGraphDeployment manifests, offline.
 
-What the operator would apply for a render object, and what a manifest found on a cluster runs;
+What the operator would apply for a render object, and what the graphs of a manifest file run;
 neither needs a hub, NATS or Kubernetes.
 """
 
@@ -32,12 +32,24 @@ async def _render(args: argparse.Namespace) -> int:
 
 
 def inspect_dgd(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a DynamoGraphDeployment (YAML or JSON; v1alpha1 or v1beta1)")
+    parser.add_argument(
+        "file",
+        help="a manifest file holding DynamoGraphDeployments (YAML or JSON; v1alpha1 or "
+        "v1beta1), ConfigMaps and other objects beside them",
+    )
     parser.set_defaults(run=_inspect_dgd)
 
 
 async def _inspect_dgd(args: argparse.Namespace) -> int:
-    manifest = inspect.load_manifest(Path(args.file).read_text())  # noqa: ASYNC240 - the command runs alone
-    summary = inspect.inspect_dgd(manifest).summary()
-    print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    """One graph prints its summary; several print a list of them, each named."""
+    text = Path(args.file).read_text()  # noqa: ASYNC240 - the command runs alone
+    try:
+        inspections = inspect.inspect_file(text)
+    except ValueError as e:
+        raise ValueError(f"{args.file}: {e}") from None
+    if len(inspections) == 1:
+        printed: object = inspections[0].summary()
+    else:
+        printed = [{"namespace": i.namespace, "name": i.name} | i.summary() for i in inspections]
+    print(orjson.dumps(printed, option=orjson.OPT_INDENT_2).decode())
     return 0

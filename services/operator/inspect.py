@@ -2,9 +2,11 @@
 
 Discovery reports other people's DGDs as sightings, and promotion turns a sighting into a
 workload, so this reader has to cope with every shape real manifests take: both API versions,
-roles spread over `type`, `subComponentType` and engine flags, and engine argv written as an exec
-list or as a shell script. It is pure (no cluster access): the operator, the CLI
-(`wingsmith inspect-dgd`) and the tests all call the same functions.
+roles spread over `type`, `subComponentType` and engine flags (and legacy `componentType: main`,
+read by the module it runs), engine argv written as an exec list or as a shell script, with
+`$(VAR)` and `${VAR:-default}` references to the container's env resolved as Kubernetes and the
+shell would. It is pure (no cluster access): the operator, the CLI (`wingsmith inspect-dgd`) and
+the tests all call the same functions.
 
 Malformed manifests raise ValueError naming the path of the offending field; optional fields that
 are missing get the value the Dynamo operator would give them.
@@ -12,6 +14,7 @@ are missing get the value the Dynamo operator would give them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +24,7 @@ from typing import Any, Final
 
 import yaml
 
+from wingsmith.domain.discovery import WORKER_ROLES
 from wingsmith.domain.values import Backend, ServingMode
 from wingsmith.services.operator.dgd import (
     GPU_RESOURCE,
@@ -58,6 +62,8 @@ _KNOWN_ROLES: Final = frozenset(r.value for r in Role)
 _DISAGG_ROLES: Final = (Role.PREFILL, Role.DECODE)
 # Declared roles that engine flags may refine into prefill or decode.
 _REFINABLE: Final = ("worker", "main")
+# Older manifests' role for anything, frontends included; the module it runs says which.
+_LEGACY_MAIN: Final = "main"
 # The order in which a component stands for the whole graph when promoting: the aggregated
 # worker, else decode (it produces the tokens), else prefill, else a legacy `main` engine.
 _PRIMARY_ORDER: Final = ("worker", "decode", "prefill", "main")
@@ -69,6 +75,11 @@ _PYTHON_VALUE_OPTIONS: Final = frozenset({"-W", "-X", "-Q"})
 # A version as Dynamo admission reads it from an image tag: semver, optionally `v`-led.
 _VERSION_TAG = re.compile(r"[vV]?\d+\.\d+\.\d+(-[0-9A-Za-z][0-9A-Za-z.-]*)?")
 _ENV_REFERENCE = re.compile(r"\$(?:(?P<bare>[A-Za-z_]\w*)|\{(?P<braced>[A-Za-z_]\w*)\})")
+# What expansion left in argv: Kubernetes' `$(NAME)`, the shell's `$NAME` and `${NAME...}`.
+_LEFT_REFERENCE = re.compile(
+    r"\$(?:\((?P<k8s>[A-Za-z_][A-Za-z0-9_]*)\)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)[^}]*\}"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
 
 _MODEL_FLAGS: Final = (("--model",), ("--model-path",))
 _SERVED_NAME_FLAGS: Final = ("--served-model-name",)
@@ -101,6 +112,11 @@ class Component:
     engine_version: str | None = None
     node_count: int = 1
     env: tuple[tuple[str, str], ...] = ()  # the main container's literal env values
+    # env references the argv still holds, each with why: `valueFrom` (known only in the pod)
+    # or `unset` (not in the container's env; the image or an envFrom may set it)
+    unresolved: tuple[tuple[str, str], ...] = ()
+    # `tensor_parallel_size` of the `--extra-engine-args` file, when a ConfigMap at hand has it
+    engine_config_tensor_parallel: int | None = None
 
     @property
     def model(self) -> str | None:
@@ -116,8 +132,10 @@ class Component:
     def tensor_parallel(self) -> int | None:
         """The tensor-parallel degree; None when a config file or an unknown value decides it."""
         value = self._flag(_TP_FLAGS)
+        if value is None and _ENGINE_CONFIG_FLAG in _flag_names(self.imported_args):
+            return self.engine_config_tensor_parallel
         if value is None:
-            return None if _ENGINE_CONFIG_FLAG in _flag_names(self.imported_args) else 1
+            return 1
         return int(value) if DIGITS.fullmatch(value) and int(value) >= 1 else None
 
     def _flag(self, names: Sequence[str]) -> str | None:
@@ -161,8 +179,14 @@ class Inspection:
         return None
 
     @property
+    def workers(self) -> tuple[Component, ...]:
+        """The components that run the engine (and so hold devices and are scaled)."""
+        return tuple(c for c in self.components if c.role in WORKER_ROLES)
+
+    @property
     def mode(self) -> ServingMode:
-        if any(c.role in _DISAGG_ROLES for c in self.components):
+        """Disaggregated only with a prefill worker: a lone decode worker serves whole requests."""
+        if any(c.role == Role.PREFILL for c in self.components):
             return ServingMode.DISAGGREGATED
         return ServingMode.AGGREGATED
 
@@ -183,12 +207,20 @@ class Inspection:
         return self.primary.tensor_parallel if self.primary else None
 
     def summary(self) -> dict[str, Any]:
-        """The JSON `wingsmith inspect-dgd` prints."""
-        return {
+        """The JSON `wingsmith inspect-dgd` prints; `unresolved` only when there is any."""
+        found: dict[str, Any] = {
             "api_version": str(self.api_version),
             "backend": self.backend.value if self.backend else None,
             "components": [c.summary() for c in self.components],
         }
+        unresolved = [
+            {"component": c.name, "variable": name, "why": why}
+            for c in self.components
+            for name, why in c.unresolved
+        ]
+        if unresolved:
+            found["unresolved"] = unresolved
+        return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,20 +240,93 @@ def load_manifest(text: str) -> dict[str, Any]:
     return document
 
 
+def inspect_file(text: str) -> list[Inspection]:
+    """Each DynamoGraphDeployment of a manifest file, read with the ConfigMaps of its namespace
+    that the file ships beside it (a TensorRT-LLM engine config, say)."""
+    try:
+        documents = _documents(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"not YAML or JSON: {e}") from e
+    graphs = [d for d in documents if d.get("kind") == KIND]
+    if not graphs:
+        kinds = sorted({str(d.get("kind")) for d in documents})
+        found = f"only {', '.join(kinds)}" if kinds else "no document"
+        raise ValueError(f"no {KIND} in it ({found})")
+    inspections = []
+    for i, graph in enumerate(graphs):
+        try:
+            inspections.append(inspect_dgd(graph, _config_maps(documents, _namespace(graph))))
+        except ValueError as e:
+            if len(graphs) == 1:
+                raise
+            raise ValueError(f"{KIND} {_label(graph, i)}: {e}") from e
+    return inspections
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    if text.lstrip().startswith(("{", "[")):
+        with contextlib.suppress(json.JSONDecodeError):  # a YAML flow mapping, perhaps
+            return _flatten([json.loads(text)])
+    return _flatten(list(yaml.safe_load_all(text)))
+
+
+def _flatten(documents: list[Any]) -> list[dict[str, Any]]:
+    """Mapping documents, the items of `kind: List` ones (what `kubectl get -o yaml` prints)."""
+    found: list[dict[str, Any]] = []
+    for document in documents:
+        if isinstance(document, list):
+            found += _flatten(document)
+        elif isinstance(document, dict) and document.get("kind") == "List":
+            found += _flatten(_list(document.get("items"), "items"))
+        elif isinstance(document, dict):
+            found.append(document)
+    return found
+
+
+def _namespace(document: Mapping[str, Any]) -> str | None:
+    metadata = document.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return namespace if isinstance(namespace, str) else None
+
+
+def _label(document: Mapping[str, Any], index: int) -> str:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return repr(name) if isinstance(name, str) else f"#{index + 1}"
+
+
+def _config_maps(
+    documents: Sequence[Mapping[str, Any]], namespace: str | None
+) -> dict[str, Mapping[str, Any]]:
+    """ConfigMaps by name: those of the graph's namespace, or of none named (`kubectl -n`)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for document in documents:
+        metadata, data = document.get("metadata"), document.get("data")
+        if document.get("kind") != "ConfigMap" or not isinstance(metadata, Mapping):
+            continue
+        name, theirs = metadata.get("name"), _namespace(document)
+        if isinstance(name, str) and isinstance(data, Mapping) and theirs in (None, namespace):
+            found[name] = data
+    return found
+
+
 def is_rendered_by_wingsmith(dgd: Mapping[str, Any]) -> bool:
     metadata = dgd.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
     return isinstance(labels, Mapping) and labels.get(LABEL_MANAGED_BY) == MANAGED_BY
 
 
-def inspect_dgd(dgd: Mapping[str, Any]) -> Inspection:
-    """Say what a DynamoGraphDeployment runs; ValueError names the path of what is malformed."""
+def inspect_dgd(
+    dgd: Mapping[str, Any], config_maps: Mapping[str, Mapping[str, Any]] | None = None
+) -> Inspection:
+    """Say what a DynamoGraphDeployment runs; ValueError names the path of what is malformed.
+    `config_maps` (name to `data`) are those its pods may mount, when they are at hand."""
     document = _mapping(dgd, "manifest")
     api_version = _api_version(document)
     metadata = _mapping(document.get("metadata"), "metadata")
     spec = _mapping(document.get("spec"), "spec")
     read = _READERS[api_version]
-    components = tuple(_component(d) for d in read(spec))
+    components = tuple(_component(d, config_maps or {}) for d in read(spec))
     return Inspection(
         api_version=api_version,
         namespace=_optional_str(metadata.get("namespace"), "metadata.namespace"),
@@ -262,7 +367,29 @@ class _Container:
     image: str | None = None
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()  # None: set by `valueFrom`, known in the pod
+    config_mounts: tuple[_ConfigMount, ...] = ()
+
+
+@dataclass(frozen=True)
+class _ConfigMount:
+    """A ConfigMap volume mounted into the main container."""
+
+    mount_path: str
+    config_map: str
+    sub_path: str | None
+    items: tuple[tuple[str, str], ...]  # (key, path in the volume); empty: every key by name
+
+    def key_of(self, file: str) -> str | None:
+        """The ConfigMap key a file in the container reads, if it is in this mount."""
+        if self.sub_path is not None:
+            inner = self.sub_path if file == self.mount_path else None
+        else:
+            prefix = self.mount_path.rstrip("/") + "/"
+            inner = file[len(prefix) :] if file.startswith(prefix) else None
+        if inner is None or not self.items:
+            return inner
+        return next((key for key, path in self.items if path == inner), None)
 
 
 @dataclass(frozen=True)
@@ -315,7 +442,8 @@ def _v1beta1_pods(
         pod = _pod_spec(component["podTemplate"], template_path)
         raw, main_path = _main_container(pod, template_path)
         gpus = _k8s_gpus(raw, main_path) * nodes
-        return _container(raw, main_path), _runtime_image(pod, template_path), gpus
+        main = _container(raw, main_path, pod)
+        return main, _runtime_image(pod, template_path), gpus
     roles = _list(component.get("roles"), f"{path}.roles")
     if roles:
         return _role_pods(roles, nodes, f"{path}.roles")
@@ -337,7 +465,7 @@ def _role_pods(roles: list[Any], nodes: int, path: str) -> tuple[_Container, str
         gpus += _k8s_gpus(raw, main_path) * _count(
             role.get("replicas"), f"{path}[{i}].replicas", default=default
         )
-        mains[name] = _container(raw, main_path)
+        mains[name] = _container(raw, main_path, pod)
     leader = mains.get("leader") or next(iter(mains.values()))
     return leader, None, gpus
 
@@ -359,7 +487,7 @@ def _v1alpha1_service(name: str, item: object, path: str) -> _Declared:
     nodes = _node_count(service.get("multinode"), f"{path}.multinode")
     pod = _optional_mapping(service.get("extraPodSpec"), f"{path}.extraPodSpec")
     raw, main_path = _v1alpha1_main(pod, f"{path}.extraPodSpec")
-    main = _container(raw, main_path)
+    main = _container(raw, main_path, pod)
     gpus = _dynamo_gpus(service, path)
     if gpus is None:
         gpus = _k8s_gpus(raw, main_path)
@@ -435,25 +563,80 @@ def _runtime_image(pod: Mapping[str, Any], path: str) -> str | None:
     return None
 
 
-def _container(raw: Mapping[str, Any], path: str) -> _Container:
+def _container(raw: Mapping[str, Any], path: str, pod: Mapping[str, Any]) -> _Container:
     return _Container(
         path=path,
         image=_optional_str(raw.get("image"), f"{path}.image"),
         command=_strings(raw.get("command"), f"{path}.command"),
         args=_strings(raw.get("args"), f"{path}.args"),
-        env=_literal_env(raw.get("env"), f"{path}.env"),
+        env=_container_env(raw.get("env"), f"{path}.env"),
+        config_mounts=_config_mounts(raw, pod),
     )
 
 
-def _literal_env(value: object, path: str) -> tuple[tuple[str, str], ...]:
-    """Env entries with a literal value; `valueFrom` ones are only known inside the pod."""
-    pairs = []
+def _config_mounts(raw: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[_ConfigMount, ...]:
+    """The ConfigMap volumes the container mounts; only read for an engine config, so
+    anything shaped otherwise is passed over rather than refused."""
+    volumes = {}
+    for volume in _loose_mappings(pod.get("volumes")):
+        source = volume.get("configMap")
+        if isinstance(source, Mapping) and isinstance(source.get("name"), str):
+            items = tuple(
+                (item["key"], item["path"])
+                for item in _loose_mappings(source.get("items"))
+                if isinstance(item.get("key"), str) and isinstance(item.get("path"), str)
+            )
+            volumes[volume.get("name")] = (source["name"], items)
+    mounts = []
+    for mount in _loose_mappings(raw.get("volumeMounts")):
+        path, sub_path = mount.get("mountPath"), mount.get("subPath")
+        if mount.get("name") in volumes and isinstance(path, str):
+            config_map, items = volumes[mount["name"]]
+            sub = sub_path if isinstance(sub_path, str) and sub_path else None
+            mounts.append(_ConfigMount(path, config_map, sub, items))
+    return tuple(mounts)
+
+
+def _loose_mappings(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _container_env(value: object, path: str) -> tuple[tuple[str, str | None], ...]:
+    """The container's env as Kubernetes builds it: a value may use `$(NAME)` of an entry
+    before it, a later entry of the same name wins; `valueFrom` ones (None) are only known
+    inside the pod."""
+    env: dict[str, str | None] = {}
     for i, item in _mappings(value, path):
         name = _required_str(item, "name", f"{path}[{i}]")
         literal = _optional_str(item.get("value"), f"{path}[{i}].value")
-        if literal is not None:
-            pairs.append((name, literal))
-    return tuple(pairs)
+        if item.get("valueFrom") is not None:
+            env[name] = None
+        else:
+            env[name] = kubernetes_expand(literal or "", env)
+    return tuple(env.items())
+
+
+def kubernetes_expand(text: str, env: Mapping[str, str | None]) -> str:
+    """Kubernetes' own expansion of command, args and env values: `$(NAME)` takes the value of
+    the container's env entry, `$$` is a `$`; a reference to an unknown name (or one set by
+    `valueFrom`, whose value only the pod knows) stays as written."""
+    out, i = [], 0
+    while i < len(text):
+        char = text[i]
+        if char != "$" or i + 1 == len(text):
+            out.append(char)
+            i += 1
+        elif text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i + 1] == "(" and (end := text.find(")", i + 2)) >= 0:
+            value = env.get(text[i + 2 : end])
+            out.append(value if value is not None else text[i : end + 1])
+            i = end + 1
+        else:
+            out.append(text[i : i + 2])
+            i += 2
+    return "".join(out)
 
 
 def _k8s_gpus(raw: Mapping[str, Any], path: str) -> int:
@@ -493,11 +676,12 @@ class _Launch:
 _NO_LAUNCH: Final = _Launch(None, ())
 
 
-def _component(declared: _Declared) -> Component:
+def _component(declared: _Declared, config_maps: Mapping[str, Mapping[str, Any]]) -> Component:
     try:
-        launch = _launch(declared.main, declared.declared_role)
+        launch = _launch(declared.main, _runs_default_frontend(declared))
     except ValueError as e:  # the shell lexer does not know where its script came from
         raise ValueError(f"{declared.main.path}: {e}") from e
+    env = dict(declared.main.env)
     return Component(
         name=declared.name,
         role=_role(declared.declared_role, declared.sub_role, launch),
@@ -509,23 +693,73 @@ def _component(declared: _Declared) -> Component:
         image=declared.main.image,
         engine_version=_engine_version(declared.version_image, declared.version_override),
         node_count=declared.node_count,
-        env=declared.main.env,
+        env=tuple((k, v) for k, v in env.items() if v is not None),
+        unresolved=_unresolved(launch.args, env),
+        engine_config_tensor_parallel=_engine_config_tp(declared.main, launch, config_maps),
     )
 
 
-def _launch(main: _Container, declared_role: str | None) -> _Launch:
-    """Find `python -m <module> <args>` in whichever form the manifest wrote it."""
-    command, args = main.command, main.args
+def _engine_config_tp(
+    main: _Container, launch: _Launch, config_maps: Mapping[str, Mapping[str, Any]]
+) -> int | None:
+    """`tensor_parallel_size` from the `--extra-engine-args` file, if a ConfigMap at hand
+    holds it; None when it cannot be known here."""
+    file = _last_flag_value(launch.args, (_ENGINE_CONFIG_FLAG,))
+    for mount in main.config_mounts if file else ():
+        key = mount.key_of(file or "")
+        text = config_maps.get(mount.config_map, {}).get(key) if key else None
+        if isinstance(text, str):
+            return _tensor_parallel_size(text)
+    return None
+
+
+def _tensor_parallel_size(text: str) -> int | None:
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    value = config.get("tensor_parallel_size", 1) if isinstance(config, Mapping) else None
+    valid = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return value if valid else None
+
+
+def _runs_default_frontend(declared: _Declared) -> bool:
+    """Whether a component without a command runs the operator's default, the frontend: a
+    frontend, or a legacy `main` that looks like one (named so, or holding no GPUs)."""
+    role = (declared.declared_role or "").strip().lower()
+    if role == Role.FRONTEND:
+        return True
+    frontendish = "frontend" in declared.name.lower() or declared.gpus_per_replica == 0
+    return role == _LEGACY_MAIN and frontendish
+
+
+def _launch(main: _Container, default_frontend: bool) -> _Launch:
+    """Find `python -m <module> <args>` in whichever form the manifest wrote it, after
+    Kubernetes has expanded `$(VAR)` in command and args and the shell `$VAR` in its script."""
+    env = dict(main.env)
+    command = tuple(kubernetes_expand(word, env) for word in main.command)
+    args = tuple(kubernetes_expand(word, env) for word in main.args)
     if command and _basename(command[0]) in _SHELLS:
         script = _shell_script(command[1:] + args)
-        return _launch_from_script(script) if script is not None else _NO_LAUNCH
+        return _launch_from_script(script, env) if script is not None else _NO_LAUNCH
     if (found := _launch_from_argv(command + args)) is not None:
         return found
     if not command and len(args) == 1 and any(c.isspace() for c in args[0]):
-        return _launch_from_script(args[0])  # the operator runs a lone string with `sh -c`
-    if not command and (declared_role or "").lower() == Role.FRONTEND:
+        return _launch_from_script(args[0], env)  # the operator runs a lone string with `sh -c`
+    if not command and default_frontend:
         return _Launch("dynamo.frontend", args)  # the operator's default frontend command
     return _NO_LAUNCH
+
+
+def _unresolved(args: Sequence[str], env: Mapping[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """The env references still in the argv, each with why it could not be resolved."""
+    found: dict[str, str] = {}
+    for arg in args:
+        for match in _LEFT_REFERENCE.finditer(arg):
+            name = match["k8s"] or match["braced"] or match["bare"]
+            if env.get(name) is None:  # a literal one is left only where no shell reads it
+                found.setdefault(name, "valueFrom" if name in env else "unset")
+    return tuple(found.items())
 
 
 def _basename(path: str) -> str:
@@ -570,9 +804,10 @@ def _module_launch(python_args: Sequence[str]) -> _Launch | None:
     return None
 
 
-def _launch_from_script(script: str) -> _Launch:
+def _launch_from_script(script: str, env: Mapping[str, str | None]) -> _Launch:
     """The engine command of a shell script; preludes such as namespace clean-ups are skipped."""
-    launches = [x for x in map(_launch_from_argv, shell_commands(script)) if x is not None]
+    commands = shell_commands(script, env)
+    launches = [x for x in map(_launch_from_argv, commands) if x is not None]
     for launch in launches:
         if _is_engine(launch.module):
             return launch
@@ -592,12 +827,15 @@ def _backend_of(module: str | None) -> Backend | None:
 
 
 def _role(declared: str | None, sub_role: str | None, launch: _Launch) -> str:
-    """Type or componentType, refined by subComponentType and then by the engine's flags."""
+    """Type or componentType, refined by subComponentType and then by the engine's flags. A
+    legacy `main` is what its module runs: a frontend, a planner or an engine worker."""
     base = (declared or "").strip().lower() or None
+    if base == _LEGACY_MAIN and launch.module == "dynamo.frontend":
+        return Role.FRONTEND  # whatever subComponentType says, it serves HTTP, not tokens
     if sub_role and sub_role.lower() in _DISAGG_ROLES and base in (None, *_REFINABLE):
         return Role(sub_role.lower())
-    if base is None:
-        base = _role_from_module(launch.module)
+    if base is None or base == _LEGACY_MAIN:
+        base = _role_from_module(launch.module) or base
     if base in _REFINABLE and (flagged := _flag_role(launch.args)):
         return flagged
     if base is None:

@@ -97,6 +97,36 @@ def test_inspect_dgd_prints_what_runs_in_a_manifest() -> None:
     )
 
 
+def test_inspect_dgd_reads_the_graph_of_a_file_that_ships_more() -> None:
+    """A recipe's ConfigMap and Secret are passed over: the output is one graph's, as for a
+    file holding the graph alone."""
+    printed = run("inspect-dgd", str(FIXTURES / "files" / "trtllm-agg-recipe.yaml"))
+    assert printed.returncode == 0, printed.stderr
+    summary = json.loads(printed.stdout)
+    assert set(summary) == {"api_version", "backend", "components"}
+    assert [c["name"] for c in summary["components"]] == ["Frontend", "TRTLLMWorker"]
+
+
+def test_inspect_dgd_prints_each_graph_of_a_file_named() -> None:
+    printed = run("inspect-dgd", str(FIXTURES / "files" / "two-graphs.yaml"))
+    assert printed.returncode == 0, printed.stderr
+    summaries = json.loads(printed.stdout)
+    assert [(s["namespace"], s["name"], s["backend"]) for s in summaries] == [
+        ("team-b", "qwen-agg", "vllm"),
+        ("team-b", "qwen-sglang", "sglang"),
+    ]
+
+
+def test_inspect_dgd_refuses_a_file_without_a_graph_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    refused = run("inspect-dgd", str(path))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        f"wingsmith: {path}: no DynamoGraphDeployment in it (only ConfigMap)"
+    )
+
+
 async def test_a_simulated_operator_registers_its_cluster_and_takes_faults(
     hub: Hub, nats_server: EmbeddedNatsServer
 ) -> None:

@@ -13,21 +13,27 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from wingsmith.domain.discovery import DiscoveredComponent, Sighting
 from wingsmith.domain.values import Backend, ServingMode
+from wingsmith.services.operator.dgd import KIND
 from wingsmith.services.operator.inspect import (
     ApiVersion,
     Inspection,
     inspect_dgd,
+    inspect_file,
     is_rendered_by_wingsmith,
+    kubernetes_expand,
     load_manifest,
 )
-from wingsmith.services.operator.shell import shell_commands
+from wingsmith.services.operator.shell import expand_parameter, shell_commands
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 DGD_FIXTURES = FIXTURES / "dgd"
+FILES = DGD_FIXTURES / "files"  # manifest files as they ship: several documents each
 CRD_SCHEMAS = FIXTURES / "dynamo"
 
 # ---------------------------------------------------------------------------------------------
@@ -172,7 +178,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
                 2,
                 2,
                 [
-                    "--model-path", "$MODEL_PATH",
+                    "--model-path", "/models/DeepSeek-R1-Distill-Llama-8B",
                     "--served-model-name", "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
                     "--tp", "2", "--trust-remote-code", "--disaggregation-mode", "prefill",
                     "--disaggregation-bootstrap-port", "30001",
@@ -186,7 +192,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
                 1,
                 2,
                 [
-                    "--model-path", "$MODEL_PATH", "--served-model-name", "${SERVED_NAME}",
+                    "--model-path", "/models/DeepSeek-R1-Distill-Llama-8B",
+                    "--served-model-name", "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
                     "--tp", "2", "--trust-remote-code", "--disaggregation-mode", "decode",
                     "--disaggregation-transfer-backend", "nixl", "--page-size", "16",
                     "--mem-fraction-static", "0.85",
@@ -325,6 +332,33 @@ EXPECTED: dict[str, dict[str, Any]] = {
             ),
         ),
     },
+    # every service is `main`: the module says which is the frontend
+    "vllm-legacy-frontend-main-v1alpha1.yaml": {
+        "api_version": "nvidia.com/v1alpha1",
+        "backend": "vllm",
+        "components": summary_of(
+            ("Frontend", "frontend", 1, 0, ["--http-port", "8000"]),
+            ("VllmWorker", "worker", 2, 1, ["--model", "Qwen/Qwen3-0.6B"]),
+        ),
+    },
+    # `$(MODEL)` is Kubernetes' own expansion from the container's env
+    "vllm-decode-only-v1beta1.yaml": {
+        "api_version": "nvidia.com/v1beta1",
+        "backend": "vllm",
+        "components": summary_of(
+            ("Frontend", "frontend", 1, 0, []),
+            (
+                "VllmDecodeWorker",
+                "decode",
+                2,
+                1,
+                [
+                    "--model", "meta-llama/Llama-3.1-8B-Instruct", "--disaggregation-mode",
+                    "decode", "--max-model-len", "16384",
+                ],
+            ),
+        ),
+    },
 }  # fmt: skip
 
 
@@ -382,6 +416,16 @@ PROMOTION = {
         "frontier", "deepseek-v3", ServingMode.AGGREGATED, "deepseek-ai/DeepSeek-V3",
         "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.0", "1.4.0", 8,
     ),
+    "vllm-legacy-frontend-main-v1alpha1.yaml": (
+        "examples", "qwen-small-legacy", ServingMode.AGGREGATED, "Qwen/Qwen3-0.6B",
+        "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.5.0", "0.5.0", 1,
+    ),
+    # a decode worker with no prefill beside it serves whole requests: aggregated
+    "vllm-decode-only-v1beta1.yaml": (
+        "llm-dev", "llama-decode-only", ServingMode.AGGREGATED,
+        "meta-llama/Llama-3.1-8B-Instruct", "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.2.0",
+        "1.2.0", 1,
+    ),
 }  # fmt: skip
 
 
@@ -437,6 +481,17 @@ def test_fixtures_are_valid_dgds(
     manifest = fixture(name)
     validator = crd_validators[manifest["apiVersion"].split("/")[1]]
     assert [e.message for e in validator.iter_errors(manifest)] == []
+
+
+@pytest.mark.parametrize("path", sorted(FILES.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_graphs_of_manifest_files_are_valid_dgds(
+    path: Path, crd_validators: dict[str, jsonschema.Draft202012Validator]
+) -> None:
+    graphs = [d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == KIND]
+    assert graphs
+    for graph in graphs:
+        validator = crd_validators[graph["apiVersion"].split("/")[1]]
+        assert [e.message for e in validator.iter_errors(graph)] == []
 
 
 def test_the_schema_check_catches_a_misspelt_field(
@@ -510,9 +565,10 @@ def test_argv_forms_give_the_same_imported_args(form: str) -> None:
 @pytest.mark.parametrize(
     ("script", "expected"),
     [
-        # env references stay literal tokens, quoted or not, braced or not
+        # references to names the env lacks stay literal tokens, quoted or not, braced or not;
+        # a default decides where it is given
         ('--model "$MODEL" --x ${X} --y "${Y:-1}"',
-         ["--model", "$MODEL", "--x", "${X}", "--y", "${Y:-1}"]),
+         ["--model", "$MODEL", "--x", "${X}", "--y", "1"]),
         # substitutions keep their spaces and operators inside
         ("--node-rank $(hostname | cut -d- -f2) --b `date +%s`",
          ["--node-rank", "$(hostname | cut -d- -f2)", "--b", "`date +%s`"]),
@@ -610,7 +666,7 @@ def vllm(*flags: str) -> dict[str, Any]:
         ("decode", vllm("--disaggregation-mode", "prefill"), "decode"),
         ("frontend", vllm("--disaggregation-mode", "prefill"), "frontend"),
         ("main", vllm("--disaggregation-mode", "decode"), "decode"),
-        ("main", vllm(), "main"),
+        ("main", vllm(), "worker"),  # a legacy main running an engine is its worker
         ("Worker", vllm(), "worker"),
         ("lpx", {}, "lpx"),
         (None, vllm(), "worker"),
@@ -826,6 +882,340 @@ def test_primary_prefers_the_aggregated_worker_then_decode_then_prefill() -> Non
     assert (found.primary and found.primary.name, found.mode) == ("m", ServingMode.AGGREGATED)
     found = inspect_dgd(v1beta1(component("fe", "frontend")))
     assert (found.primary, found.model, found.image, found.tensor_parallel) == (None,) * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# A graph is disaggregated only with a prefill worker
+
+
+def engine(name: str, type_: str, *flags: str, gpus: str = "1") -> dict[str, Any]:
+    return component(
+        name, type_, command=["python3", "-m", "dynamo.vllm"], args=[*flags], gpus=gpus
+    )
+
+
+@pytest.mark.parametrize(
+    ("dgd", "mode"),
+    [
+        (v1beta1(component("fe", "frontend"), engine("d", "decode")), ServingMode.AGGREGATED),
+        (v1beta1(engine("w", "worker", "--disaggregation-mode", "decode")),
+         ServingMode.AGGREGATED),
+        (v1beta1(engine("w", "worker", "--is-decode-worker")), ServingMode.AGGREGATED),
+        (v1alpha1({"W": service("worker", "decode", "1", **vllm())}), ServingMode.AGGREGATED),
+        (v1beta1(engine("p", "prefill"), engine("d", "decode")), ServingMode.DISAGGREGATED),
+        (v1alpha1({"P": service("worker", "prefill"), "D": service("worker", "decode")}),
+         ServingMode.DISAGGREGATED),
+        (v1beta1(engine("p", "prefill", gpus="1") | {"replicas": 0}, engine("d", "decode")),
+         ServingMode.DISAGGREGATED),  # prefill scaled to zero is still part of the graph
+    ],
+)  # fmt: skip
+def test_a_graph_is_disaggregated_only_with_a_prefill_worker(
+    dgd: dict[str, Any], mode: ServingMode
+) -> None:
+    assert inspect_dgd(dgd).mode is mode
+
+
+def sighting_of(found: Inspection) -> Sighting:
+    """The sighting an operator reports for an inspection (as the Kubernetes backend builds it)."""
+    return Sighting(
+        namespace=found.namespace or "default",
+        name=found.name,
+        api_version=str(found.api_version),
+        backend=found.backend,
+        components=tuple(DiscoveredComponent(**c.summary()) for c in found.components),
+        model=found.model,
+        image=found.image,
+        engine_version=found.engine_version,
+        tensor_parallel=found.tensor_parallel,
+    )
+
+
+def test_a_decode_only_graph_implies_an_aggregated_serving_config() -> None:
+    """Read as disaggregated, one 1-GPU decode worker could not be split into prefill and
+    decode halves, and promotion was refused."""
+    sighting = sighting_of(inspect_dgd(fixture("vllm-decode-only-v1beta1.yaml")))
+    serving = sighting.implied_serving()
+    assert (serving.mode, serving.devices_per_replica) == (ServingMode.AGGREGATED, 1)
+    assert serving.model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+# ---------------------------------------------------------------------------------------------
+# Legacy `componentType: main`: the module says what runs
+
+
+@pytest.mark.parametrize(
+    ("name", "svc", "role", "module"),
+    [
+        ("Frontend", service("main", args=["python3", "-m", "dynamo.frontend"]), "frontend",
+         "dynamo.frontend"),
+        ("Frontend", service("main", command=["python3", "-m", "dynamo.frontend"], gpu="1"),
+         "frontend", "dynamo.frontend"),
+        # no command at all: the operator's default, the frontend, on a frontend-ish service
+        ("Frontend", service("main"), "frontend", "dynamo.frontend"),
+        ("Router", service("main", args=["--router-mode", "kv"]), "frontend", "dynamo.frontend"),
+        ("Worker", service("main", gpu="1"), "main", None),  # holds GPUs: not a frontend
+        ("Worker", service("main", gpu="1", command=["python3", "-m", "dynamo.sglang"]), "worker",
+         "dynamo.sglang"),
+        ("Worker", service("main", gpu="1", args=["python3 -m dynamo.trtllm --tp-size 2"]),
+         "worker", "dynamo.trtllm"),
+        ("Planner", service("main", command=["python3", "-m", "dynamo.planner.planner_sla"]),
+         "planner", "dynamo.planner.planner_sla"),
+    ],
+)  # fmt: skip
+def test_legacy_main_services_are_what_their_module_runs(
+    name: str, svc: dict[str, Any], role: str, module: str | None
+) -> None:
+    (found,) = inspect_dgd(v1alpha1({name: svc})).components
+    assert (found.role, found.module) == (role, module)
+
+
+def test_a_legacy_main_frontend_is_never_a_worker() -> None:
+    found = inspect_dgd(fixture("vllm-legacy-frontend-main-v1alpha1.yaml"))
+    assert [c.name for c in found.workers] == ["VllmWorker"]
+    assert found.primary is not None and found.primary.name == "VllmWorker"
+    sighting = sighting_of(found)
+    assert [c.name for c in sighting.workers()] == ["VllmWorker"]
+    assert sighting.devices_per_replica() == 1  # the frontend's pod is not counted
+    assert sighting.implied_serving().mode is ServingMode.AGGREGATED
+
+
+# ---------------------------------------------------------------------------------------------
+# Env references: Kubernetes' `$(VAR)` and the shell's `$VAR`, `${VAR:-default}`
+
+ENV = {"M": "a/b", "E": "", "ARGS": "--tp 2  --x y", "S": None}
+
+
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [
+        ("$(M)", "a/b"),
+        ("/models/$(M)/w", "/models/a/b/w"),
+        ("$$(M)", "$(M)"),  # escaped: the container gets the reference itself
+        ("$$", "$"),
+        ("$(UNKNOWN)", "$(UNKNOWN)"),
+        ("$(S)", "$(S)"),  # set by valueFrom: only the pod knows
+        ("$(M", "$(M"),
+        ("$M ${M} $", "$M ${M} $"),  # not Kubernetes' syntax
+        ("$(hostname | cut -d- -f2)", "$(hostname | cut -d- -f2)"),
+    ],
+)
+def test_kubernetes_expansion(text: str, expanded: str) -> None:
+    assert kubernetes_expand(text, ENV) == expanded
+
+
+@pytest.mark.parametrize(
+    ("reference", "value"),
+    [
+        ("$M", "a/b"), ("${M}", "a/b"), ("${M:-d}", "a/b"), ("${M-d}", "a/b"),
+        ("${X:-d}", "d"), ("${X-d}", "d"), ("${E:-d}", "d"), ("${E-d}", ""),
+        ("${M:+set}", "set"), ("${E:+set}", ""), ("${E+set}", "set"), ("${X+set}", ""),
+        ("${X:-$M}", "a/b"), ("${X:-${M}/x}", "a/b/x"),
+        ("$X", None), ("${X}", None), ("${X:-$Y}", None),
+        ("$S", None), ("${S:-d}", None),  # valueFrom: only the pod knows
+        ("${#M}", None), ("${M%b}", None),
+    ],
+)  # fmt: skip
+def test_shell_parameter_expansion(reference: str, value: str | None) -> None:
+    assert expand_parameter(reference, ENV) == value
+
+
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        ('--model "$M" --served ${M}', ["--model", "a/b", "--served", "a/b"]),
+        ("--model '$M'", ["--model", "$M"]),  # single quotes expand nothing
+        ("$ARGS --z", ["--tp", "2", "--x", "y", "--z"]),  # unquoted: split into words
+        ('"$ARGS"', ["--tp 2  --x y"]),
+        ("--a $E --b", ["--a", "--b"]),  # an empty unquoted value is no word at all
+        ('--a "$E" --b', ["--a", "", "--b"]),
+        ("--len ${LEN:-8192}", ["--len", "8192"]),
+        ("--dir /m/${M}x", ["--dir", "/m/a/bx"]),
+        ("--t $S --u ${S:-1}", ["--t", "$S", "--u", "${S:-1}"]),
+        ("--r $(hostname)", ["--r", "$(hostname)"]),
+    ],
+)
+def test_shell_scripts_expand_the_env(script: str, words: list[str]) -> None:
+    assert shell_commands(script, ENV) == [words]
+
+
+def env_entries(**values: str | None) -> list[dict[str, Any]]:
+    return [
+        {"name": k, "value": v} if v is not None else {"name": k, "valueFrom": {"fieldRef": {}}}
+        for k, v in values.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("main", "args"),
+    [
+        # Kubernetes expands `$(VAR)` in command and args, an env value using an earlier one
+        ({"command": ["python3", "-m", "dynamo.vllm"], "args": ["--model", "$(MODEL)"]},
+         ["--model", "/models/llama"]),
+        ({"command": ["python3", "-m", "dynamo.vllm", "--model=$(MODEL)"]},
+         ["--model=/models/llama"]),
+        # ... and before the shell reads the script: `$$(VAR)` reaches it as `$(VAR)`
+        ({"command": ["sh", "-c"], "args": ["python3 -m dynamo.vllm --model $(MODEL) --n $$(N)"]},
+         ["--model", "/models/llama", "--n", "$(N)"]),
+        ({"command": ["sh", "-c"], "args": ['python3 -m dynamo.vllm --model "${MODEL}" $EXTRA']},
+         ["--model", "/models/llama", "--enforce-eager", "--max-num-seqs", "64"]),
+        ({"args": ["python3 -m dynamo.vllm --model $MODEL --len ${LEN:-4096}"]},
+         ["--model", "/models/llama", "--len", "4096"]),
+        # exec form: no shell, so `$MODEL` reaches the engine as written
+        ({"command": ["python3", "-m", "dynamo.vllm"], "args": ["--model", "$MODEL"]},
+         ["--model", "$MODEL"]),
+    ],
+)  # fmt: skip
+def test_engine_args_are_read_after_env_expansion(main: dict[str, Any], args: list[str]) -> None:
+    env = env_entries(
+        DIR="/models", MODEL="$(DIR)/llama", EXTRA="--enforce-eager --max-num-seqs 64"
+    )
+    found = only(v1beta1(component(**main, env=env)))
+    assert (list(found.imported_args), found.model) == (args, "/models/llama")
+
+
+def test_references_left_unresolved_are_said() -> None:
+    main: dict[str, Any] = {
+        "command": ["sh", "-c"],
+        "args": ["python3 -m dynamo.vllm --model $(HF_MODEL) --tp $TP --x ${DIR:-/d} --y $MISSING"],
+        "env": env_entries(HF_MODEL=None, TP=None),
+    }
+    found = inspect_dgd(v1beta1(component("fe", "frontend"), component("w", **main)))
+    assert found.components[1].unresolved == (
+        ("HF_MODEL", "valueFrom"), ("TP", "valueFrom"), ("MISSING", "unset"),
+    )  # fmt: skip
+    assert found.summary()["unresolved"] == [
+        {"component": "w", "variable": "HF_MODEL", "why": "valueFrom"},
+        {"component": "w", "variable": "TP", "why": "valueFrom"},
+        {"component": "w", "variable": "MISSING", "why": "unset"},
+    ]
+    assert found.tensor_parallel is None  # `$TP` is not a number
+
+
+def test_fixtures_leave_no_reference_unresolved() -> None:
+    for name in EXPECTED:
+        assert "unresolved" not in inspect_dgd(fixture(name)).summary(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest files: several documents, several graphs, ConfigMaps beside them
+
+
+def test_a_file_is_read_for_the_graph_beside_its_configmap_and_secret() -> None:
+    (found,) = inspect_file((FILES / "trtllm-agg-recipe.yaml").read_text())
+    assert (found.name, found.namespace, found.backend) == ("llama-agg", None, Backend.TRTLLM)
+    assert [c.role for c in found.components] == ["frontend", "worker"]
+    assert found.model == "nvidia/Llama-3.3-70B-Instruct-FP8"  # `"${MODEL_PATH}"` from env
+    assert found.primary is not None and found.primary.imported_args[4:6] == (
+        "--max-seq-len",
+        "8192",  # `${MAX_SEQ_LEN:-8192}`, unset
+    )
+    assert found.tensor_parallel == 4  # from the engine config in the ConfigMap
+
+
+def test_without_its_configmap_the_engine_configs_parallelism_is_unknown() -> None:
+    documents = list(yaml.safe_load_all((FILES / "trtllm-agg-recipe.yaml").read_text()))
+    (graph,) = [d for d in documents if d["kind"] == KIND]
+    assert inspect_dgd(graph).tensor_parallel is None
+
+
+def trtllm_worker(mount: dict[str, Any], volume: dict[str, Any], flag: str) -> dict[str, Any]:
+    item = component(
+        command=["python3", "-m", "dynamo.trtllm"],
+        args=["--extra-engine-args", flag],
+        volumeMounts=[{"name": "cfg", **mount}],
+    )
+    item["podTemplate"]["spec"]["volumes"] = [{"name": "cfg", "configMap": volume}]
+    return item
+
+
+def config_map(data: dict[str, str], namespace: str | None = "ns") -> dict[str, Any]:
+    metadata = {"name": "engine"} | ({"namespace": namespace} if namespace else {})
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+
+_AT_CFG: dict[str, Any] = {"mountPath": "/cfg"}
+_ENGINE: dict[str, Any] = {"name": "engine"}
+
+
+def _engine_yaml(text: str, key: str = "e.yaml") -> dict[str, str]:
+    return {key: text}
+
+
+@pytest.mark.parametrize(
+    ("mount", "volume", "flag", "data", "tp"),
+    [
+        (_AT_CFG, _ENGINE, "/cfg/e.yaml", _engine_yaml("tensor_parallel_size: 2"), 2),
+        ({"mountPath": "/cfg/"}, _ENGINE, "/cfg/e.yaml", _engine_yaml("tensor_parallel_size: 2"),
+         2),
+        ({"mountPath": "/cfg/e.yaml", "subPath": "k"}, _ENGINE, "/cfg/e.yaml",
+         _engine_yaml("tensor_parallel_size: 8", "k"), 8),
+        (_AT_CFG, _ENGINE | {"items": [{"key": "k", "path": "sub/e.yaml"}]}, "/cfg/sub/e.yaml",
+         _engine_yaml("tensor_parallel_size: 4", "k"), 4),
+        # TensorRT-LLM's default when the file does not say
+        (_AT_CFG, _ENGINE, "/cfg/e.yaml", _engine_yaml("backend: pytorch"), 1),
+        (_AT_CFG, _ENGINE, "/cfg/e.yaml", _engine_yaml("tensor_parallel_size: x"), None),
+        (_AT_CFG, _ENGINE, "/cfg/e.yaml", _engine_yaml("[: bad"), None),
+        (_AT_CFG, _ENGINE, "/other/e.yaml", _engine_yaml("tensor_parallel_size: 2"), None),
+        (_AT_CFG, {"name": "other"}, "/cfg/e.yaml", _engine_yaml("tensor_parallel_size: 2"), None),
+    ],
+)  # fmt: skip
+def test_the_engine_config_is_read_from_the_configmap_the_worker_mounts(
+    mount: dict[str, Any], volume: dict[str, Any], flag: str, data: dict[str, str], tp: int | None
+) -> None:
+    text = yaml.safe_dump_all([config_map(data), v1beta1(trtllm_worker(mount, volume, flag))])
+    (found,) = inspect_file(text)
+    assert found.tensor_parallel == tp
+
+
+def test_a_configmap_of_another_namespace_is_not_the_graphs() -> None:
+    worker = trtllm_worker({"mountPath": "/cfg"}, {"name": "engine"}, "/cfg/e.yaml")
+    data = {"e.yaml": "tensor_parallel_size: 2"}
+    text = yaml.safe_dump_all([config_map(data, "elsewhere"), v1beta1(worker)])
+    assert inspect_file(text)[0].tensor_parallel is None
+    text = yaml.safe_dump_all([config_map(data, None), v1beta1(worker)])
+    assert inspect_file(text)[0].tensor_parallel == 2  # applied with `-n`, like the graph
+
+
+def test_each_graph_of_a_file_is_inspected() -> None:
+    found = inspect_file((FILES / "two-graphs.yaml").read_text())
+    assert [(i.namespace, i.name, i.backend) for i in found] == [
+        ("team-b", "qwen-agg", Backend.VLLM),
+        ("team-b", "qwen-sglang", Backend.SGLANG),
+    ]
+    assert [i.tensor_parallel for i in found] == [1, 2]
+
+
+def test_a_kubectl_list_and_json_are_read_alike() -> None:
+    graphs = [fixture("vllm-agg-v1beta1.yaml"), fixture("vllm-disagg-v1alpha1.yaml")]
+    listed = {"apiVersion": "v1", "kind": "List", "items": graphs}
+    for text in (yaml.safe_dump(listed), json.dumps(listed), json.dumps(graphs[0], indent="\t")):
+        found = inspect_file(text)
+        assert [i.name for i in found] == [g["metadata"]["name"] for g in graphs][: len(found)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("apiVersion: v1\nkind: ConfigMap\n---\nkind: Secret\n",
+         "no DynamoGraphDeployment in it (only ConfigMap, Secret)"),
+        ("", "no DynamoGraphDeployment in it (no document)"),
+        ("--- [1, 2]\n", "no DynamoGraphDeployment in it (no document)"),
+        ("a: [", "not YAML or JSON"),
+    ],
+)  # fmt: skip
+def test_a_file_without_a_graph_is_refused(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        inspect_file(text)
+
+
+def test_a_malformed_graph_among_several_is_named() -> None:
+    broken = fixture("vllm-agg-v1beta1.yaml")
+    del broken["spec"]
+    text = yaml.safe_dump_all([fixture("vllm-disagg-v1alpha1.yaml"), broken])
+    with pytest.raises(ValueError, match=r"^DynamoGraphDeployment 'qwen3-chat': spec: missing$"):
+        inspect_file(text)
+    with pytest.raises(ValueError, match=r"^spec: missing$"):  # alone, as inspect_dgd says it
+        inspect_file(yaml.safe_dump(broken))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1045,6 +1435,13 @@ flag_lists = st.lists(
 )
 
 
+# Kubernetes expands `$(NAME)` and `$$` in every form alike; flags here carry no `$`.
+plain_flag_lists = st.lists(
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00$"), max_size=12),
+    max_size=10,
+)
+
+
 def _forms(flags: list[str]) -> dict[str, dict[str, Any]]:
     script = "python3 -m dynamo.sglang " + " ".join(shlex.quote(f) for f in flags)
     return {
@@ -1056,7 +1453,7 @@ def _forms(flags: list[str]) -> dict[str, dict[str, Any]]:
     }
 
 
-@given(flag_lists)
+@given(plain_flag_lists)
 def test_every_command_form_imports_the_same_args(flags: list[str]) -> None:
     for form, main in _forms(flags).items():
         found = only(v1beta1(component(**main)))

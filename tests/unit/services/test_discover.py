@@ -135,6 +135,36 @@ def test_promotion_is_refused_once_the_model_is_gone_or_promoted() -> None:
         promote(repo, workload_id="qwen-3")
 
 
+DECODE_ARGS = ["--model", "Qwen/Qwen3-8B", "--disaggregation-mode", "decode"]
+
+
+def test_a_decode_only_graph_is_promoted_as_aggregated() -> None:
+    """A lone decode worker (no prefill beside it) serves whole requests. Read as
+    disaggregated, its 1 device could not be split into prefill and decode halves and the
+    promotion was refused."""
+    decode_only = sighting(
+        components=[
+            {"name": "Frontend", "role": "frontend", "replicas": 1, "gpus_per_replica": 0},
+            {
+                "name": "VllmDecodeWorker",
+                "role": "decode",
+                "replicas": 2,
+                "gpus_per_replica": 1,
+                "imported_args": DECODE_ARGS,
+            },
+        ],
+        tensor_parallel=1,
+    )
+    repo = Repo(*fleet().items.values())
+    observe_discovery(repo, observe(decode_only, 1), cluster())
+    promote(repo)
+    deployment = repo.get(Deployment, "qwen--east")
+    assert deployment.authority is Authority.OBSERVED
+    assert (deployment.serving.mode, deployment.serving.devices_per_replica) == ("aggregated", 1)
+    assert repo.get(Workload, "qwen").replicas == 2
+    assert deployment.imported_args == tuple(DECODE_ARGS)
+
+
 def test_a_resighting_after_promotion_updates_imported_args_and_drift_blocks_promotion() -> None:
     repo = fleet()
     promote(repo)
