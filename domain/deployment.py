@@ -213,11 +213,17 @@ class Deployment(Aggregate):
             self._record(EngineArgsSet, cause, engine_args=engine_args)
 
     def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
-        """A new serving configuration is a new generation; an equal one changes nothing."""
+        """A new serving configuration is a new generation; an equal one changes nothing. One
+        that differs only where the engine does not see it (its digest equal: where pods are
+        scheduled, the frontend) is amended in place, in the same generation: it still reaches
+        the cluster, but no rollout keeps an old generation up beside it."""
         self._check_plane(cause, "serving config")
+        if serving == self.serving:
+            return False
         digest = serving.digest()
         if digest == self.serving_digest:
-            return False
+            self._record(ServingConfigAmended, cause, serving=serving)
+            return True
         self._record(
             ServingConfigChanged,
             cause,
@@ -476,6 +482,15 @@ class ServingConfigChanged(Event):
             self.serving,
             self.serving_digest,
         )
+
+
+class ServingConfigAmended(Event):
+    """The serving config changed where its digest does not look: same generation."""
+
+    serving: ServingConfig
+
+    def apply(self, d: Any) -> None:
+        d.serving = self.serving
 
 
 class AuthorityPromoted(Event):

@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -168,7 +169,8 @@ class KvCache(Frozen):
 
 
 class ServingConfig(Frozen):
-    """How a model is served. Any change here is a new generation with a new digest."""
+    """How a model is served. A change to what the engine runs is a new generation with a new
+    digest; one to where its pods are scheduled or to the frontend (most of `pod`) is not."""
 
     model: str = Field(min_length=1, max_length=256)
     backend: Backend
@@ -180,6 +182,15 @@ class ServingConfig(Frozen):
     context_length: int | None = Field(default=None, ge=1, le=10_000_000)
     quantization: str | None = Field(default=None, min_length=1, max_length=32)
     kv_cache: KvCache = KvCache()
+    # what the pods need besides the command line (domain/pods.py); left out of the JSON when
+    # unset, so configurations from before it keep their exact form and digest
+    pod: PodNeeds | None = Field(default=None, exclude_if=lambda pod: pod is None)
+
+    @field_validator("pod")
+    @classmethod
+    def _nothing_is_unset(cls, pod: PodNeeds | None) -> PodNeeds | None:
+        """Needs that say nothing are no needs: one configuration, one form."""
+        return None if pod == PodNeeds() else pod
 
     @model_validator(mode="after")
     def _footprint_holds_parallelism(self) -> ServingConfig:
@@ -201,8 +212,12 @@ class ServingConfig(Frozen):
         return self.devices_per_replica // (2 if self.mode is ServingMode.DISAGGREGATED else 1)
 
     def digest(self) -> str:
-        """A stable hash: equal configurations give equal digests, in any process."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """A stable hash: equal configurations give equal digests, in any process. Of the pod
+        needs only what reaches the engine counts (`PodNeeds.engine_part`)."""
+        content = self.model_dump(mode="json", exclude={"pod"})
+        if self.pod is not None and (engine := self.pod.engine_part()):
+            content["pod"] = engine
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return "svg_" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -212,3 +227,10 @@ class ResourceRef(Frozen):
 
     namespace: Namespace
     name: ObjectName
+
+
+# Pod needs are built of the values above, so they are imported last; the package imports this
+# module before any other (domain/__init__.py), so that this order always holds.
+from wingsmith.domain.pods import PodNeeds  # noqa: E402
+
+ServingConfig.model_rebuild()

@@ -69,11 +69,15 @@ class Workload(Aggregate):
             self._record(WorkloadScaled, cause, replicas=replicas)
 
     def change_serving_config(self, cause: Cause, serving: ServingConfig) -> bool:
-        """Record a new serving configuration; False when it equals the current one."""
+        """Record a new serving configuration; False when it equals the current one. One with
+        the same digest (only its pods' scheduling or the frontend differ) is an amendment."""
         self.check_not_deleted()
+        if serving == self.serving:
+            return False
         digest = serving.digest()
         if digest == self.serving_digest:
-            return False
+            self._record(WorkloadServingConfigAmended, cause, serving=serving)
+            return True
         self._record(WorkloadServingConfigChanged, cause, serving=serving, serving_digest=digest)
         return True
 
@@ -146,6 +150,15 @@ class WorkloadServingConfigChanged(Event):
     def apply(self, workload: Any) -> None:
         workload.serving = self.serving
         workload.serving_digest = self.serving_digest
+
+
+class WorkloadServingConfigAmended(Event):
+    """The serving config changed where its digest does not look: no new generation."""
+
+    serving: ServingConfig
+
+    def apply(self, workload: Any) -> None:
+        workload.serving = self.serving
 
 
 class DeploymentAttached(Event):

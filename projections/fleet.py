@@ -62,6 +62,7 @@ from wingsmith.domain.workload import (
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
+    WorkloadServingConfigAmended,
     WorkloadServingConfigChanged,
 )
 from wingsmith.projections.base import Keys, Projection, View, handles
@@ -737,6 +738,10 @@ class Workloads(Projection[v.WorkloadView]):
     @handles(WorkloadServingConfigChanged)
     def _serving(self, workload_id: str, e: E) -> Keys:
         return self._set(workload_id, e, serving=e["serving"], serving_digest=e["serving_digest"])
+
+    @handles(WorkloadServingConfigAmended)
+    def _amended(self, workload_id: str, e: E) -> Keys:
+        return self._set(workload_id, e, serving=e["serving"])
 
     @handles(DeploymentAttached)
     def _attached(self, workload_id: str, e: E) -> Keys:

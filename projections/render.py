@@ -32,6 +32,7 @@ from wingsmith.domain.deployment import (
     DeploymentFailed,
     DeploymentScaled,
     EngineArgsSet,
+    ServingConfigAmended,
     ServingConfigChanged,
 )
 from wingsmith.projections.base import Keys, Projection, View, handles
@@ -93,6 +94,11 @@ class Render(Projection):
             serving=e["serving"],
             serving_digest=e["serving_digest"],
         )
+
+    @handles(ServingConfigAmended)
+    def _amended(self, deployment_id: str, e: E) -> Keys:
+        """Same generation and digest: the operator re-renders the pods, nothing rolls out."""
+        return self._set(deployment_id, serving=e["serving"])
 
     @handles(EngineArgsSet)
     def _engine_args(self, deployment_id: str, e: E) -> Keys:

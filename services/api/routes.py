@@ -294,7 +294,8 @@ async def scale_workload(request: Request, ref: Ref, holder: Writer) -> JSONResp
     **_writes(v.Workload),
 )
 async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
-    """Serve the workload differently: every deployment rolls out a new generation."""
+    """Serve the workload differently: every deployment rolls out a new generation (or, when
+    only where its pods run or its frontend change, keeps its generation and is re-rendered)."""
     key = r.workload_id(_views(request), ref)
     fields = {"workload_id": key}
     reply = await _act(request, holder, c.ChangeServingConfig, fields, ServingBody, WORKLOAD_REF)
