@@ -191,6 +191,9 @@ class Environment(BaseSettings):
     operator_sync_every: Annotated[float, _number(0.1, 86_400)] = _var(
         "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0
     )
+    operator_pod_defaults: Annotated[str | None, _read(_text)] = _var(
+        "WINGSMITH_OPERATOR_POD_DEFAULTS", None
+    )
     nats_password: Annotated[str, _read(_text)] = _var(PASSWORD_VARIABLE, "")
     nats_user: Annotated[str, BeforeValidator(_login)] = _var(USER_VARIABLE, "")  # after it
     api_listen: Annotated[tuple[str, int], NoDecode, _read(_listen)] = _var(

@@ -22,6 +22,7 @@ import orjson
 
 from wingsmith.domain.deployment import AdmissionPhase, Authority
 from wingsmith.domain.values import Backend, ServingMode
+from wingsmith.services.cli.podflags import add_pod_flags, pod_from
 from wingsmith.services.cli.terminal import Progress, table
 from wingsmith.services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
 
@@ -194,6 +195,8 @@ def _serving_from(args: argparse.Namespace, current: dict[str, Any] | None = Non
             serving[flag] = getattr(args, flag)
     if args.tensor is not None:
         serving["parallelism"] = dict(serving.get("parallelism") or {}) | {"tensor": args.tensor}
+    if (pod := pod_from(args, serving.get("pod"))) is not None:
+        serving["pod"] = pod
     return serving
 
 
@@ -506,7 +509,12 @@ def _workloads(cli: _Nouns) -> None:
     scale.add_argument("ref", help="the workload's name")
     scale.add_argument("replicas", type=int)
     _wait_flags(scale)
-    serving = cli.verb(workloads, "serving", _serving, "change the serving config (a rollout)")
+    serving = cli.verb(
+        workloads,
+        "serving",
+        _serving,
+        "change the serving config (a rollout, unless only where pods run or the frontend change)",
+    )
     serving.add_argument("ref", help="the workload's name")
     _serving_flags(serving, file="the serving config (JSON or YAML; - for stdin)")
     _wait_flags(serving)
@@ -579,6 +587,7 @@ def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:
     parser.add_argument("--mode", choices=[m.value for m in ServingMode])
     parser.add_argument("--image")
     parser.add_argument("--context-length", type=int)
+    add_pod_flags(parser)
 
 
 def _wait_flags(parser: argparse.ArgumentParser) -> None:

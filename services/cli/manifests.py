@@ -11,14 +11,17 @@ from pathlib import Path
 
 import orjson
 
+from wingsmith.services.cli.shared import pod_defaults
 from wingsmith.services.operator import inspect
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1, render_yaml
+from wingsmith.services.operator.pods import with_defaults
 
 
 def render(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a render object as published on wingsmith.render.>")
     parser.add_argument("--namespace", default="wingsmith")
     parser.add_argument("--api-version", choices=[V1BETA1, V1ALPHA1], default=V1BETA1)
+    parser.add_argument("--pod-defaults", metavar="FILE", help="a cluster's pod defaults")
     parser.set_defaults(run=_render)
 
 
@@ -27,6 +30,7 @@ async def _render(args: argparse.Namespace) -> int:
         desired = orjson.loads(Path(args.file).read_bytes())  # noqa: ASYNC240 - the command runs alone
     except orjson.JSONDecodeError as e:
         raise ValueError(f"{args.file}: not JSON: {e}") from None
+    desired = with_defaults(desired, pod_defaults(args.pod_defaults))
     print(render_yaml(desired, namespace=args.namespace, api_version=args.api_version), end="")
     return 0
 

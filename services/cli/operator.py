@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 
 from wingsmith.adapters.kube import Kube
-from wingsmith.services.cli.shared import cluster_id, stop_on_signals
+from wingsmith.services.cli.shared import cluster_id, pod_defaults, stop_on_signals
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
@@ -41,11 +41,18 @@ def operator(parser: argparse.ArgumentParser) -> None:
         help="observe and report, never write to the cluster "
         "(as HANGAR_OPERATOR_READ_ONLY / WINGSMITH_OPERATOR_READ_ONLY=true)",
     )
+    parser.add_argument(
+        "--pod-defaults",
+        metavar="FILE",
+        help="the cluster's pod needs (YAML or JSON), filling what a workload leaves unset "
+        "(as WINGSMITH_OPERATOR_POD_DEFAULTS)",
+    )
     parser.set_defaults(run=_operator)
 
 
 async def _operator(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    defaults = pod_defaults(args.pod_defaults or settings.operator_pod_defaults)
     stop = stop_on_signals()
     options = OperatorOptions(
         cluster_id=args.cluster_id,
@@ -76,6 +83,7 @@ async def _operator(args: argparse.Namespace) -> int:
                     args.namespace,
                     read_only=options.read_only,
                     api_version=args.api_version,
+                    pod_defaults=defaults,
                 )
             running = asyncio.create_task(run_operator(nc, backend, options), name="operator")
             mode = "read-only" if options.read_only else "read-write"

@@ -20,14 +20,16 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import yaml
 from pydantic import ValidationError
 
 from wingsmith.domain.contracts.render import LABEL_VALUE_MAX, RenderObject
+from wingsmith.domain.pods import PodNeeds
 from wingsmith.domain.values import Backend, ServingConfig, ServingMode
+from wingsmith.services.operator import pods
 
 V1BETA1: Final = "nvidia.com/v1beta1"
 V1ALPHA1: Final = "nvidia.com/v1alpha1"
@@ -79,6 +81,7 @@ class Component:
     gpus: int  # per pod (one engine worker); 0 means no device request and no node selector
     device_class: str
     labels: Mapping[str, str]
+    pod: PodNeeds | None = None  # what its pods need besides the command line (pods.py)
 
 
 # --- public entry points ---------------------------------------------------------------------
@@ -91,7 +94,7 @@ def render_dgd(
     obj = parse_render_object(desired)
     if not _DNS_LABEL.match(namespace) or len(namespace) > 63:
         raise ValueError(f"namespace: {namespace!r} is not a Kubernetes namespace name")
-    components = plan_components(obj)
+    components = [_with_pod(c, obj.serving.pod) for c in plan_components(obj)]
     if api_version == V1BETA1:
         spec = _spec_v1beta1(obj, components)
     elif api_version == V1ALPHA1:
@@ -215,6 +218,14 @@ def plan_components(obj: RenderObject) -> list[Component]:
         )
         for role in roles
     ]
+
+
+def _with_pod(c: Component, needs: PodNeeds | None) -> Component:
+    """The component with the workload's pod needs, and the frontend they ask for."""
+    if c.role != "frontend":
+        return replace(c, pod=needs)
+    replicas = pods.frontend_replicas(needs) if c.replicas else 0
+    return replace(c, pod=needs, replicas=replicas, args=c.args + pods.frontend_args(needs))
 
 
 def pod_labels(obj: RenderObject) -> dict[str, str]:
@@ -434,14 +445,17 @@ def _component_v1beta1(c: Component) -> dict[str, Any]:
         }
     pod_spec["containers"] = [container]
     out["podTemplate"] = {"metadata": {"labels": dict(c.labels)}, "spec": pod_spec}
+    pods.add_to_component_v1beta1(out, c.pod)
     return out
 
 
 def _spec_v1alpha1(obj: RenderObject, components: list[Component]) -> dict[str, Any]:
-    return {
+    spec = {
         "backendFramework": obj.serving.backend.value,
         "services": {c.name: _service_v1alpha1(c) for c in components},
     }
+    pods.add_to_spec_v1alpha1(spec, obj.serving.pod)
+    return spec
 
 
 def _service_v1alpha1(c: Component) -> dict[str, Any]:
@@ -462,6 +476,7 @@ def _service_v1alpha1(c: Component) -> dict[str, Any]:
         pod_spec["nodeSelector"] = {GPU_PRODUCT_LABEL: c.device_class}
     pod_spec["mainContainer"] = _main_container(c)
     out["extraPodSpec"] = pod_spec
+    pods.add_to_service_v1alpha1(out, c.pod)
     return out
 
 

@@ -44,6 +44,7 @@ from wingsmith.domain.contracts.reports import (
 )
 from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
 from wingsmith.domain.discovery import WORKER_ROLES, DiscoveredComponent, Sighting
+from wingsmith.domain.pods import PodNeeds
 from wingsmith.services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
@@ -54,6 +55,7 @@ from wingsmith.services.operator.dgd import (
 )
 from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
 from wingsmith.services.operator.plan import Action, Obj, components, plan, role
+from wingsmith.services.operator.pods import with_defaults
 from wingsmith.services.operator.runtime import Report as Send
 
 log = logging.getLogger(__name__)
@@ -79,8 +81,10 @@ class KubeBackend:
         *,
         read_only: bool,
         api_version: str = "nvidia.com/v1beta1",
+        pod_defaults: PodNeeds | None = None,
     ) -> None:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
+        self.pod_defaults = pod_defaults  # the cluster's: what a render object leaves unset
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
@@ -99,6 +103,8 @@ class KubeBackend:
     # -- render object -------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
+        if desired is not None:
+            desired = with_defaults(desired, self.pod_defaults)
         async with self._locks.setdefault(deployment_id, asyncio.Lock()):
             await self._apply(deployment_id, desired)
 
