@@ -4,12 +4,15 @@ defaults from a file named by a flag or WINGSMITH_OPERATOR_POD_DEFAULTS."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from wingsmith.domain.values import ServingConfig
+from wingsmith.services.cli.main import main
 from wingsmith.services.cli.podflags import add_pod_flags, pod_from
 from wingsmith.services.cli.shared import pod_defaults
 from wingsmith.services.config import Settings
@@ -99,3 +102,32 @@ def test_the_defaults_file_is_named_by_a_setting_and_checked(tmp_path: Path) -> 
     assert pod_defaults(None) is None
     with pytest.raises(ValueError, match=r"pod defaults .*missing\.yaml: No such file"):
         pod_defaults(str(tmp_path / "missing.yaml"))
+
+
+def test_render_shows_a_render_object_with_the_clusters_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serving = {"model": "m", "backend": "vllm", "engine_version": "1.3.0", "devices_per_replica": 1}
+    obj = {
+        "deployment_id": "llama--east",
+        "workload_id": "llama",
+        "cluster_id": "east",
+        "project": "research",
+        "device_class": "H100",
+        "generation": 1,
+        "serving": serving | {"pod": {"router_mode": "kv"}},
+        "serving_digest": ServingConfig.model_validate(serving).digest(),
+        "replicas": 1,
+        "authority": "managed",
+    }
+    (tmp_path / "desired.json").write_text(json.dumps(obj))
+    (tmp_path / "defaults.yaml").write_text("image_pull_secrets: [ngc]\nrouter_mode: random\n")
+    argv = ["render", str(tmp_path / "desired.json"), "--pod-defaults"]
+    assert main([*argv, str(tmp_path / "defaults.yaml")]) == 0
+    manifest = yaml.safe_load(capsys.readouterr().out)
+    frontend = manifest["spec"]["components"][0]
+    assert frontend["podTemplate"]["spec"]["imagePullSecrets"] == [{"name": "ngc"}]
+    assert frontend["podTemplate"]["spec"]["containers"][0]["args"] == ["--router-mode", "kv"]
+    (tmp_path / "defaults.yaml").write_text("router_mode: fastest\n")
+    assert main([*argv, str(tmp_path / "defaults.yaml")]) != 0
+    assert "defaults.yaml: router_mode: Input should be 'kv'" in capsys.readouterr().err
