@@ -579,19 +579,23 @@ def _config_mounts(raw: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[_Con
     anything shaped otherwise is passed over rather than refused."""
     volumes = {}
     for volume in _loose_mappings(pod.get("volumes")):
-        source = volume.get("configMap")
-        if isinstance(source, Mapping) and isinstance(source.get("name"), str):
+        name, source = volume.get("name"), volume.get("configMap")
+        if (
+            isinstance(name, str)
+            and isinstance(source, Mapping)
+            and isinstance(source.get("name"), str)
+        ):
             items = tuple(
                 (item["key"], item["path"])
                 for item in _loose_mappings(source.get("items"))
                 if isinstance(item.get("key"), str) and isinstance(item.get("path"), str)
             )
-            volumes[volume.get("name")] = (source["name"], items)
+            volumes[name] = (source["name"], items)
     mounts = []
     for mount in _loose_mappings(raw.get("volumeMounts")):
-        path, sub_path = mount.get("mountPath"), mount.get("subPath")
-        if mount.get("name") in volumes and isinstance(path, str):
-            config_map, items = volumes[mount["name"]]
+        name, path, sub_path = mount.get("name"), mount.get("mountPath"), mount.get("subPath")
+        if isinstance(name, str) and name in volumes and isinstance(path, str):
+            config_map, items = volumes[name]
             sub = sub_path if isinstance(sub_path, str) and sub_path else None
             mounts.append(_ConfigMount(path, config_map, sub, items))
     return tuple(mounts)

@@ -122,7 +122,13 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert [w["workload_id"] for w in listed["workloads"]] == ["llama"]
     assert ok(await api.get("/v1/workloads", params={"project": "other"}))["workloads"] == []
 
-    ready = {"phase": "ready", "reason": None, "message": None, "ready_replicas": 2}
+    ready = {
+        "phase": "ready",
+        "reason": None,
+        "message": None,
+        "ready_replicas": 2,
+        "conditions": [],
+    }
     deployment = await until(
         api,
         "/v1/deployments/llama--east",

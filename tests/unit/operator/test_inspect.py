@@ -1500,3 +1500,11 @@ def test_damaged_manifests_raise_only_value_error(
     parent[path[-1]] = data.draw(json_values)
     with contextlib.suppress(ValueError):  # anything else escaping is a bug
         inspect_dgd(doc).summary()
+
+
+def test_volume_and_mount_names_that_are_not_strings_are_passed_over() -> None:
+    dgd = fixture("vllm-agg-v1beta1.yaml")
+    pod = dgd["spec"]["components"][1]["podTemplate"]["spec"]
+    pod["volumes"] = [{"name": ["x"], "configMap": {"name": "engine"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": {"a": 1}, "mountPath": "/config"}]
+    assert inspect_dgd(dgd).summary()  # no TypeError: these are no engine config mounts
