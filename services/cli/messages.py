@@ -18,23 +18,36 @@ from wingsmith.domain.values import Backend as EngineBackend
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.health import NoHealth, Status
 from wingsmith.services.health import ask as ask_health
+from wingsmith.services.operator.backends.simulated import FAULTS as SIMULATED_FAULTS
+from wingsmith.services.operator.backends.simulated import POD_FAULTS
 
 
 def sim_fault(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cluster_id", metavar="CLUSTER")
     parser.add_argument(
         "fault",
-        choices=["node_loss", "node_restore", "image_pull", "clear", "run_model", "stop_model"],
-        help="run_model: start a model nobody declared, for the operator to discover",
+        choices=list(SIMULATED_FAULTS),
+        help="image_pull, crash_loop, oom_kill: pods fail (transient); refuse: the API server "
+        "refuses the deployment (permanent); clear: ends them; run_model: start a model nobody "
+        "declared, for the operator to discover",
     )
     parser.add_argument("--node", help="for node_loss and node_restore")
-    parser.add_argument("--deployment", help="for image_pull and clear")
+    parser.add_argument(
+        "--deployment", help="for image_pull, crash_loop, oom_kill, refuse and clear"
+    )
+    parser.add_argument("--reason", help="refuse: the API server's reason (default Invalid)")
+    parser.add_argument("--message", help="refuse: the API server's message")
     parser.add_argument("--name", help="run_model, stop_model: its DynamoGraphDeployment name")
     parser.add_argument("--namespace", default="default", help="run_model, stop_model")
     parser.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
     parser.add_argument("--backend", default="vllm", choices=[b.value for b in EngineBackend])
     parser.add_argument("--engine-version", default="0.9.2", help="run_model")
-    parser.add_argument("--replicas", type=int, default=1, help="run_model")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        help="run_model: how many (default 1); a pod fault: how many replicas it hits "
+        "(default all)",
+    )
     parser.add_argument("--gpus", type=int, default=1, help="run_model: per replica")
     parser.add_argument(
         "--args", default="", help="run_model: the engine's flags, e.g. '--max-model-len 8192'"
@@ -44,6 +57,10 @@ def sim_fault(parser: argparse.ArgumentParser) -> None:
 
 async def _sim_fault(args: argparse.Namespace) -> int:
     body = {"fault": args.fault, "node": args.node, "deployment_id": args.deployment}
+    if args.fault in POD_FAULTS and args.replicas is not None:
+        body["replicas"] = args.replicas
+    if args.fault == "refuse":
+        body |= {"reason": args.reason, "message": args.message}
     if args.fault in {"run_model", "stop_model"}:
         body |= {
             "namespace": args.namespace,
@@ -51,7 +68,7 @@ async def _sim_fault(args: argparse.Namespace) -> int:
             "model": args.model,
             "backend": args.backend,
             "engine_version": args.engine_version,
-            "replicas": args.replicas,
+            "replicas": 1 if args.replicas is None else args.replicas,
             "gpus": args.gpus,
             "args": shlex.split(args.args),
         }

@@ -1,18 +1,27 @@
 """A simulated cluster: what Kubernetes and Dynamo would do for an operator, with no Kubernetes.
 
-It is an operator backend (`services.operator.runtime.Backend`): it runs each deployment's pods
-on named devices of its nodes and reports what happens: its inventory, every replica as it
-starts, becomes ready and terminates, and each deployment's status and live digests. Every
-report carries the cluster's own ordering (`version`), as a real cluster's resourceVersion.
+It is an operator backend (`services.operator.runtime.Backend`): it keeps each deployment's
+DynamoGraphDeployment as last written, runs its pods on named devices of its nodes the way
+Dynamo makes them, and reports what happens: every write it performed or held back (kind
+`action`), its inventory, every pod as it starts, becomes ready or not and terminates, and each
+deployment's status and live digests. Every report carries the cluster's own ordering
+(`version`), as a real cluster's resourceVersion.
+
+A replica is what Dynamo runs of one: an aggregated one is one worker pod, a disaggregated one a
+prefill pod and a decode pod; each worker spans `nodes_per_worker` pods on distinct nodes, its
+devices split evenly. A replica starts whole or not at all, counts as ready once all its pods
+are, and a lost pod takes its replica with it. Replicas that found no devices start as soon as
+devices free up.
 
 Rollouts go as Dynamo's do: replicas of the new serving configuration start beside the old ones
 while there are devices for them, and the old ones terminate once the new ones are all ready.
 When there are no devices for a new replica, an old one is terminated first to make room.
 
-Faults on demand, by request on `wingsmith.sim.<cluster>.fault`: `{"fault": "node_loss",
-"node": ID}` takes a node and its pods away (`node_restore` brings it back); `{"fault":
-"image_pull", "deployment_id": ID}` makes the deployment's pods fail to pull their image until
-its serving configuration changes or `{"fault": "clear", "deployment_id": ID}`.
+Faults on demand, by request on `wingsmith.sim.<cluster>.fault` (docs/operator.md): a node lost
+and restored; pods of a deployment that cannot pull their image, crash-loop or are OOM-killed
+(transient: those pods are not ready, the status shows why, the rest serve on); the API server
+refusing a deployment's DynamoGraphDeployment (permanent: the cluster phase is `failed`);
+`clear` ends them and the deployment recovers by itself.
 
 Models nobody declared, the same way: `{"fault": "run_model", "namespace": NS, "name": NAME,
 "model": M, "backend": B, "engine_version": V, "replicas": N, "gpus": G, "args": [...]}` starts
@@ -35,7 +44,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -43,6 +52,7 @@ from wingsmith.adapters import nats_bus
 from wingsmith.domain import names
 from wingsmith.domain.cluster import Node
 from wingsmith.domain.contracts.reports import (
+    ActionReport,
     DeploymentReport,
     DiscoveryReport,
     InventoryReport,
@@ -51,8 +61,15 @@ from wingsmith.domain.contracts.reports import (
     SyncedReplica,
     SyncReport,
 )
-from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
+from wingsmith.domain.deployment import (
+    MAX_CONDITIONS,
+    Authority,
+    ClusterPhase,
+    DeploymentStatus,
+    StatusCondition,
+)
 from wingsmith.domain.discovery import DiscoveredComponent, Sighting
+from wingsmith.domain.values import ServingMode
 from wingsmith.services.operator.runtime import OperatorOptions, Report, run_operator
 from wingsmith.services.tasks import cancel_and_wait
 
@@ -100,6 +117,36 @@ def nodes_from_spec(cluster_id: str, spec: str) -> list[SimNode]:
     return nodes
 
 
+NAMESPACE = "wingsmith"  # where its DynamoGraphDeployments are, as `wingsmith operator`'s default
+
+# Pod faults a request may ask for, and the reason Kubernetes shows for each.
+POD_FAULTS = {
+    "image_pull": "ImagePullBackOff",
+    "crash_loop": "CrashLoopBackOff",
+    "oom_kill": "OOMKilled",
+}
+_MESSAGES = {  # what a pod shows, as the kubelet words it; `{pod}` is the pod's name
+    "ImagePullBackOff": 'Back-off pulling image "{image}"',
+    "CrashLoopBackOff": "back-off restarting failed container main in pod {pod}",
+    "OOMKilled": "container main in pod {pod} was OOMKilled (exit code 137)",
+}
+REFUSED = "Invalid"  # the API server's reason for a refusal, unless the request names one
+_REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")  # a StatusCondition's reason
+Verb = Literal["create", "apply", "delete"]  # the writes it makes (server-side apply)
+FAULTS = ("node_loss", "node_restore", *POD_FAULTS, "refuse", "clear", "run_model", "stop_model")
+
+
+@dataclass
+class PodFault:
+    """How the pods of some of a deployment's replicas fail, until it is cleared or the
+    deployment's serving configuration changes (a new image, a new engine)."""
+
+    reason: str  # one of POD_FAULTS' values
+    message: str  # `{pod}` stands for the pod's name
+    digest: str  # the serving configuration whose pods it hits
+    replicas: int | None  # how many replicas it hits; None: all of them
+
+
 @dataclass
 class Pod:
     name: str
@@ -108,6 +155,13 @@ class Pod:
     digest: str
     engine_version: str
     ready: bool = False
+    replica: str = ""  # the replica it is a pod of ("": a replica of its own)
+    size: int = 1  # how many pods that replica has
+    fault: str | None = None  # why it cannot become ready (a PodFault's reason)
+
+    @property
+    def group(self) -> str:
+        return self.replica or self.name
 
 
 class SimulatedCluster:
@@ -120,15 +174,19 @@ class SimulatedCluster:
         inventory_every: float = 30.0,
         read_only: bool = False,
         state_file: Path | None = None,
+        namespace: str = NAMESPACE,
     ) -> None:
         """`state_file`: where the cluster keeps its pods, so that they outlive the operator's
         process as a real cluster's do (None: they live as long as this object)."""
         self.cluster_id, self.nodes = cluster_id, nodes
         self.ready_after, self.inventory_every = ready_after, inventory_every
-        self.read_only, self.state_file = read_only, state_file
+        self.read_only, self.state_file, self.namespace = read_only, state_file, namespace
         self.desired: dict[str, Mapping[str, Any]] = {}
+        # deployment id -> the render object its DynamoGraphDeployment was last written from
+        self.written: dict[str, Mapping[str, Any]] = {}
         self.pods: dict[str, dict[str, Pod]] = {}  # deployment id -> pod name -> pod
-        self.failing: dict[str, str] = {}  # deployment id -> digest whose image cannot be pulled
+        self.faults: dict[str, PodFault] = {}  # deployment id -> how some of its pods fail
+        self.refused: dict[str, tuple[str, str]] = {}  # deployment id -> (reason, message)
         self.foreign: dict[str, dict[str, Any]] = {}  # `ns/name` -> sighting of a model run by hand
         # Pod names and report versions go on across restarts, as a real cluster's do: a new
         # start neither reuses a name nor orders its reports before the last start's.
@@ -138,25 +196,31 @@ class SimulatedCluster:
         self._later: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._report: Report | None = None
+        self._held: dict[str, ActionReport] = {}  # deployment id -> the write last held back
+        self._freed = False  # devices were freed since the short deployments last tried
         self._load()
 
     # -- the backend ---------------------------------------------------------------------
 
     async def apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
-        """Keep the render object; run it unless the operator is read-only or the deployment is
-        observed (then nothing on the cluster changes, as for a real one)."""
+        """Write the deployment's DynamoGraphDeployment and run what it says; a write the
+        operator may not make (read-only, an observed deployment) or the API server refuses is
+        held back and reported so, and what runs stays as it is."""
         async with self._lock:
             if desired is None:
                 removed = self.desired.pop(deployment_id, None)
                 if removed is not None and _adopted_key(removed) in self.foreign:
                     # what was adopted was never ours: it keeps running, as before adoption
+                    self.written.pop(deployment_id, None)
                     self.pods[f"dgd:{_adopted_key(removed)}"] = self.pods.pop(deployment_id, {})
                     self._save()
                     return
             else:
                 self.desired[deployment_id] = desired
                 await self._adopt(deployment_id, desired)
+            await self._write(deployment_id)
             await self._reconcile(deployment_id)
+            await self._catch_up()
             self._save()
 
     async def observe(self, report: Report) -> None:
@@ -196,20 +260,12 @@ class SimulatedCluster:
             return
         state = {
             "pods": {
-                deployment_id: [
-                    {
-                        "name": p.name,
-                        "node": p.node.node_id,
-                        "device_ids": list(p.device_ids),
-                        "digest": p.digest,
-                        "engine_version": p.engine_version,
-                        "ready": p.ready,
-                    }
-                    for p in pods.values()
-                ]
+                deployment_id: [_saved(p) for p in pods.values()]
                 for deployment_id, pods in self.pods.items()
             },
-            "failing": self.failing,
+            "written": self.written,
+            "faults": {d: vars(f) for d, f in self.faults.items()},
+            "refused": self.refused,
             "foreign": self.foreign,
             "lost": [n.node_id for n in self.nodes if n.lost],
         }
@@ -219,7 +275,8 @@ class SimulatedCluster:
         temporary.replace(self.state_file)
 
     def _load(self) -> None:
-        """Pods on nodes the spec no longer has, or on devices it no longer has, are gone."""
+        """Pods on nodes the spec no longer has, or on devices it no longer has, are gone, and
+        so is the rest of their replica."""
         if self.state_file is None or not self.state_file.exists():
             return
         state = orjson.loads(self.state_file.read_bytes())
@@ -229,7 +286,12 @@ class SimulatedCluster:
         for node_id in state.get("lost", []):
             if node_id in nodes:
                 nodes[node_id].lost = True
-        self.failing = dict(state.get("failing", {}))
+        self.written = dict(state.get("written", {}))
+        self.faults = {d: PodFault(**f) for d, f in state.get("faults", {}).items()}
+        for deployment_id, digest in state.get("failing", {}).items():  # an older state file
+            message = _MESSAGES["ImagePullBackOff"]
+            self.faults[deployment_id] = PodFault("ImagePullBackOff", message, digest, None)
+        self.refused = {d: (r, m) for d, (r, m) in state.get("refused", {}).items()}
         self.foreign = dict(state.get("foreign", {}))
         for deployment_id, pods in state.get("pods", {}).items():
             for saved in pods:
@@ -237,15 +299,13 @@ class SimulatedCluster:
                 if node is None or node.lost or not set(saved["device_ids"]) <= set(node.free):
                     continue
                 node.free = [d for d in node.free if d not in saved["device_ids"]]
-                pod = Pod(
-                    saved["name"],
-                    node,
-                    tuple(saved["device_ids"]),
-                    saved["digest"],
-                    saved["engine_version"],
-                    saved["ready"],
-                )
+                pod = Pod(**(saved | {"node": node, "device_ids": tuple(saved["device_ids"])}))
                 self.pods.setdefault(deployment_id, {})[pod.name] = pod
+            for group in self._replicas(deployment_id):
+                if len(group) < group[0].size:
+                    for pod in group:
+                        pod.node.free += pod.device_ids
+                        del self.pods[deployment_id][pod.name]
 
     # -- faults --------------------------------------------------------------------------
 
@@ -258,25 +318,75 @@ class SimulatedCluster:
                 if node is None:
                     return {"ok": False, "error": f"node: no node {request.get('node')!r}"}
                 await self._set_lost(node, fault == "node_loss")
-            elif fault in {"image_pull", "clear"}:
-                deployment_id = request.get("deployment_id")
-                want = self.desired.get(deployment_id or "")
-                if want is None:
-                    return {"ok": False, "error": f"deployment_id: unknown {deployment_id!r}"}
-                if fault == "image_pull":
-                    self.failing[want["deployment_id"]] = want["serving_digest"]
-                else:
-                    self.failing.pop(want["deployment_id"], None)
-                await self._reconcile(want["deployment_id"])
+                reply: dict[str, Any] = {"ok": True}
+            elif fault in POD_FAULTS or fault in {"refuse", "clear"}:
+                try:
+                    reply = await self._deployment_fault(fault, request)
+                except ValueError as e:  # checked before anything changed
+                    return {"ok": False, "error": str(e)}
             elif fault in {"run_model", "stop_model"}:
                 reply = await self._foreign_model(request, run=fault == "run_model")
-                self._save()
-                return reply
             else:
-                kinds = "node_loss, node_restore, image_pull, clear, run_model, stop_model"
-                return {"ok": False, "error": f"fault: one of {kinds}"}
+                return {"ok": False, "error": f"fault: one of {', '.join(FAULTS)}"}
+            await self._catch_up()
             self._save()
+        return reply
+
+    async def _deployment_fault(self, fault: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A fault of one deployment's: its pods' (which need it to be known here), the API
+        server's refusal (which may come first), or their end."""
+        deployment_id = request.get("deployment_id")
+        if not isinstance(deployment_id, str) or not deployment_id:
+            return {"ok": False, "error": "deployment_id: the deployment the fault is for"}
+        known = deployment_id in self.desired
+        if fault == "refuse":
+            self.refused[deployment_id] = _refusal(request)
+        elif fault == "clear":
+            if not (known or deployment_id in self.refused or deployment_id in self.faults):
+                return {"ok": False, "error": f"deployment_id: unknown {deployment_id!r}"}
+            self.faults.pop(deployment_id, None)
+            self.refused.pop(deployment_id, None)
+            await self._unmark(deployment_id)
+            await self._write(deployment_id)  # what was held back goes through now
+        elif not known:
+            return {"ok": False, "error": f"deployment_id: unknown {deployment_id!r}"}
+        else:
+            self.faults[deployment_id] = _pod_fault(fault, self.desired[deployment_id], request)
+            await self._unmark(deployment_id)  # a new fault takes the last one's place
+            await self._mark(deployment_id, at_once=True)
+        await self._reconcile(deployment_id)
         return {"ok": True}
+
+    async def _mark(self, deployment_id: str, *, at_once: bool = False) -> None:
+        """Hit as many replicas as the deployment's pod fault asks for, oldest first: any of
+        them when the fault is asked for (`at_once`), later only ones that are not serving, so
+        that a fault never moves on to a replica that serves."""
+        fault = self.faults.get(deployment_id)
+        if fault is None:
+            return
+        groups = self._replicas(deployment_id)
+        hit = sum(any(p.fault for p in g) for g in groups)
+        wanted = len(groups) if fault.replicas is None else fault.replicas
+        for group in groups:
+            if hit >= wanted:
+                break
+            if group[0].digest != fault.digest or any(p.fault for p in group):
+                continue
+            if not at_once and all(p.ready for p in group):
+                continue
+            hit += 1
+            for pod in group:
+                pod.fault = fault.reason
+                if pod.ready:
+                    pod.ready = False
+                    await self._report_replica(deployment_id, pod, ReplicaState.NOT_READY)
+
+    async def _unmark(self, deployment_id: str) -> None:
+        """The fault is over: its pods become ready as a started pod does."""
+        for pod in self.pods.get(deployment_id, {}).values():
+            if pod.fault is not None:
+                pod.fault = None
+                self._later_ready(deployment_id, pod)
 
     async def _foreign_model(self, request: dict[str, Any], *, run: bool) -> dict[str, Any]:
         """Start (or stop) a model as if someone had applied its DynamoGraphDeployment by hand:
@@ -305,12 +415,12 @@ class SimulatedCluster:
             "serving_digest": "worker",  # names its pods <name>-worker-…
         }
         self.pods.setdefault(owner, {})
-        started: list[Pod] = []
+        started: list[list[Pod]] = []
         for _ in range(replicas):
-            new = await self._start(owner, want)
+            new = await self._start_replica(owner, want)
             if new is None:
                 for each in started:  # all or nothing
-                    await self._terminate(owner, each)
+                    await self._terminate_replica(owner, each)
                 return {"ok": False, "error": "replicas: not enough free devices"}
             started.append(new)
         self.foreign[key] = {
@@ -337,93 +447,225 @@ class SimulatedCluster:
 
     async def _adopt(self, deployment_id: str, want: Mapping[str, Any]) -> None:
         """A deployment adopted a model run by hand: its pods are that deployment's now, running
-        the configuration the deployment says they run."""
+        the configuration the deployment says they run, and its DynamoGraphDeployment is as
+        the deployment declares it (nothing to write)."""
         key = _adopted_key(want)
         pods = self.pods.pop(f"dgd:{key}", None)
         if pods is None:
             return
         self.pods[deployment_id] = pods
+        self.written[deployment_id] = want
         for pod in pods.values():
             pod.digest = want["serving_digest"]
             state = ReplicaState.READY if pod.ready else ReplicaState.STARTED
             await self._report_replica(deployment_id, pod, state)
-        await self._report_status(deployment_id, len(pods))
+        await self._report_status(deployment_id)
 
     async def _set_lost(self, node: SimNode, lost: bool) -> None:
+        """A lost node takes its pods with it, and every replica one of them was part of."""
         node.lost = lost
         if lost:
             for deployment_id, pods in self.pods.items():
-                for pod in [p for p in pods.values() if p.node is node]:
+                hit = {p.group for p in pods.values() if p.node is node}
+                for pod in [p for p in pods.values() if p.group in hit]:
                     await self._terminate(deployment_id, pod)
             node.free = list(node.device_ids)
         await self._report_inventory()
         for deployment_id in list(self.desired):
             await self._reconcile(deployment_id)
 
+    # -- writing -------------------------------------------------------------------------
+
+    async def _write(self, deployment_id: str) -> None:
+        """Bring the deployment's DynamoGraphDeployment to its render object, as an operator
+        writes one, or hold the write back: read-only, observed, or refused by the API server
+        (a deletion never is). An adopted graph is never created or deleted, only changed."""
+        desired, written = self.desired.get(deployment_id), self.written.get(deployment_id)
+        verb: Verb
+        if desired is None:
+            if written is None:
+                return
+            if written.get("adopted"):
+                del self.written[deployment_id]  # it was never ours to delete
+                return
+            verb, why, source = "delete", "the deployment was removed", written
+        elif written is None:
+            if desired.get("adopted"):
+                return  # not on the cluster: nothing to change
+            verb, why, source = "create", "no DynamoGraphDeployment yet", desired
+        elif _spec(written) == _spec(desired):
+            return  # up to date
+        else:
+            verb, why, source = "apply", "it differs from the desired state", desired
+        held = self._held_back(deployment_id, desired)
+        if held is not None:
+            await self._act(deployment_id, verb, source, performed=False, reason=held)
+            return
+        if desired is None:
+            del self.written[deployment_id]
+        else:
+            self.written[deployment_id] = desired
+        await self._act(deployment_id, verb, source, performed=True, reason=why)
+
+    def _held_back(self, deployment_id: str, desired: Mapping[str, Any] | None) -> str | None:
+        """Why a write for the deployment is not made, or None if it is."""
+        if self.read_only:
+            return "read-only mode"
+        if desired is None:
+            return None
+        if _observed(desired):
+            return "observed"
+        refused = self.refused.get(deployment_id)
+        return f"refused: {refused[0]}: {refused[1]}" if refused else None
+
+    async def _act(
+        self,
+        deployment_id: str,
+        verb: Verb,
+        source: Mapping[str, Any],
+        *,
+        performed: bool,
+        reason: str,
+    ) -> None:
+        """Report a write, or one held back: the same one held back again is reported once."""
+        target = source.get("adopted") or {
+            "namespace": self.namespace,
+            "name": source["workload_id"],
+        }
+        report = ActionReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            verb=verb,
+            namespace=target["namespace"],
+            name=target["name"],
+            performed=performed,
+            reason=reason[:256],
+        )
+        if performed:
+            self._held.pop(deployment_id, None)
+        elif self._held.get(deployment_id) == report:
+            return
+        else:
+            self._held[deployment_id] = report
+        what = verb if performed else f"would {verb}"
+        log.info(
+            "%s: %s DynamoGraphDeployment %s/%s (%s)",
+            deployment_id,
+            what,
+            report.namespace,
+            report.name,
+            reason,
+        )
+        if self._report is not None:  # reports start with `observe`
+            await self._report(report)
+
     # -- reconciling ---------------------------------------------------------------------
 
     async def _reconcile(self, deployment_id: str) -> None:
-        want = self.desired.get(deployment_id)
+        """Run what the deployment's DynamoGraphDeployment says, as far as there are devices."""
+        desired = self.desired.get(deployment_id)
         if deployment_id.startswith("dgd:"):
             return  # a model run by hand: not the plane's
-        if self.read_only or (want is not None and _observed(want)):
+        if self.read_only or (desired is not None and _observed(desired)):
             # read-only, or observed: nothing on the cluster changes, but what runs there still
             # does (a pod became ready) and is reported as it is
-            if want is not None and self.pods.get(deployment_id):
-                await self._report_status(deployment_id, self._wanted(deployment_id))
+            if desired is not None and self.pods.get(deployment_id):
+                await self._report_status(deployment_id)
             return
-        pods = self.pods.setdefault(deployment_id, {})
+        want = self.written.get(deployment_id)
+        self.pods.setdefault(deployment_id, {})
         replicas = want["replicas"] if want and want["enabled"] else 0
         digest = want["serving_digest"] if want else None
-        if self.failing.get(deployment_id, digest) != digest:
-            del self.failing[deployment_id]  # a new serving configuration: a new image
-        current = [p for p in pods.values() if p.digest == digest]
-        old = [p for p in pods.values() if p.digest != digest]
-        for pod in current[replicas:]:
-            await self._terminate(deployment_id, pod)
+        fault = self.faults.get(deployment_id)
+        if fault is not None and fault.digest != digest and digest is not None:
+            del self.faults[deployment_id]  # a new serving configuration: a new image, engine
+            await self._unmark(deployment_id)
+        current = [g for g in self._replicas(deployment_id) if g[0].digest == digest]
+        old = [g for g in self._replicas(deployment_id) if g[0].digest != digest]
+        for group in current[replicas:]:
+            await self._terminate_replica(deployment_id, group)
         missing = replicas - len(current)
-        if deployment_id in self.failing:
-            await self._report_status(deployment_id, replicas, failed=True)
-            return
         while missing > 0 and want is not None:
-            if await self._start(deployment_id, want) is not None:
+            if await self._start_replica(deployment_id, want) is not None:
                 missing -= 1
             elif old:  # no devices for it: an old replica makes room
-                await self._terminate(deployment_id, old.pop(0))
+                await self._terminate_replica(deployment_id, old.pop(0))
             else:
-                break  # short of devices: it stays short
-        new = [p for p in pods.values() if p.digest == digest]
-        if len(new) >= replicas and all(p.ready for p in new):
-            for pod in old:  # the new generation serves in full: the old one goes
-                await self._terminate(deployment_id, pod)
-        if want is not None or pods:
-            await self._report_status(deployment_id, replicas, short=missing > 0)
+                break  # short of devices: it stays short until devices free up
+        await self._mark(deployment_id)
+        new = [g for g in self._replicas(deployment_id) if g[0].digest == digest]
+        if len(new) >= replicas and all(p.ready for g in new for p in g):
+            for group in old:  # the new generation serves in full: the old one goes
+                await self._terminate_replica(deployment_id, group)
+        if desired is not None or self.pods[deployment_id]:
+            await self._report_status(deployment_id)
 
-    async def _start(self, deployment_id: str, want: Mapping[str, Any]) -> Pod | None:
-        per = want["serving"]["devices_per_replica"]
-        node = next(
-            (
-                n
-                for n in self.nodes
-                if not n.lost and n.device_class == want["device_class"] and len(n.free) >= per
-            ),
-            None,
-        )
-        if node is None:
+    async def _catch_up(self) -> None:
+        """Devices freed up: the deployments short of them try again, until none frees more."""
+        while self._freed:
+            self._freed = False
+            for deployment_id in list(self.desired):
+                if self._short(deployment_id):
+                    await self._reconcile(deployment_id)
+
+    async def _start_replica(self, deployment_id: str, want: Mapping[str, Any]) -> list[Pod] | None:
+        """Start one replica's pods, all or none: a worker pod, or a prefill and a decode pod
+        when disaggregated, each worker on `nodes_per_worker` distinct nodes with its devices
+        split evenly between them. None when there are no devices for all of them."""
+        serving = want["serving"]
+        roles = ("prefill", "decode") if serving.get("mode") == ServingMode.DISAGGREGATED else ("",)
+        spread = int(want.get("nodes_per_worker") or 1)
+        per_pod = max(1, int(serving["devices_per_replica"]) // len(roles) // spread)
+        nodes = self._place(want["device_class"], len(roles), spread, per_pod)
+        if nodes is None:
             return None
-        devices, node.free = tuple(node.free[:per]), node.free[per:]
-        pod = Pod(
+        replica = (
             f"{want['workload_id']}-{want['serving_digest'][-6:]}-{self._instance}"
-            f"{next(self._names)}",
-            node,
-            devices,
-            want["serving_digest"],
-            want["serving"]["engine_version"],
+            f"{next(self._names)}"
         )
-        self.pods[deployment_id][pod.name] = pod
-        await self._report_replica(deployment_id, pod, ReplicaState.STARTED)
-        self._later_ready(deployment_id, pod)
-        return pod
+        pod_names = [
+            "-".join(filter(None, (replica, role, str(i) if spread > 1 else "")))
+            for role in roles
+            for i in range(spread)
+        ]
+        started = []
+        for name, node in zip(pod_names, nodes, strict=True):
+            devices, node.free = tuple(node.free[:per_pod]), node.free[per_pod:]
+            pod = Pod(
+                name,
+                node,
+                devices,
+                want["serving_digest"],
+                serving["engine_version"],
+                replica=replica,
+                size=len(pod_names),
+            )
+            self.pods[deployment_id][name] = pod
+            started.append(pod)
+        for pod in started:
+            await self._report_replica(deployment_id, pod, ReplicaState.STARTED)
+            self._later_ready(deployment_id, pod)
+        return started
+
+    def _place(
+        self, device_class: str, workers: int, spread: int, per_pod: int
+    ) -> list[SimNode] | None:
+        """A node for each of the workers' pods, first fit, each worker's on distinct nodes;
+        None when they do not all fit."""
+        free = {
+            n.node_id: len(n.free)
+            for n in self.nodes
+            if not n.lost and n.device_class == device_class
+        }
+        chosen: list[SimNode] = []
+        for _ in range(workers):
+            fits = [n for n in self.nodes if free.get(n.node_id, 0) >= per_pod][:spread]
+            if len(fits) < spread:
+                return None
+            for node in fits:
+                free[node.node_id] -= per_pod
+            chosen += fits
+        return chosen
 
     def _later_ready(self, deployment_id: str, pod: Pod) -> None:
         task = asyncio.create_task(self._become_ready(deployment_id, pod))
@@ -435,19 +677,32 @@ class SimulatedCluster:
         async with self._lock:
             # under its deployment, or the one that adopted it meanwhile; else terminated
             owners = [d for d, pods in self.pods.items() if pods.get(pod.name) is pod]
-            if not owners:
-                return
+            if not owners or pod.ready or pod.fault is not None:
+                return  # gone, ready already, or failing until its fault is cleared
             deployment_id = owners[0]
             pod.ready = True
             await self._report_replica(deployment_id, pod, ReplicaState.READY)
             await self._reconcile(deployment_id)
+            await self._catch_up()
             self._save()
 
     async def _terminate(self, deployment_id: str, pod: Pod) -> None:
         del self.pods[deployment_id][pod.name]
         if not pod.node.lost:
             pod.node.free += pod.device_ids
+            self._freed = True
         await self._report_replica(deployment_id, pod, ReplicaState.TERMINATED)
+
+    async def _terminate_replica(self, deployment_id: str, group: list[Pod]) -> None:
+        for pod in group:
+            await self._terminate(deployment_id, pod)
+
+    def _replicas(self, deployment_id: str) -> list[list[Pod]]:
+        """The deployment's replicas, each its pods, oldest first."""
+        groups: dict[str, list[Pod]] = {}
+        for pod in self.pods.get(deployment_id, {}).values():
+            groups.setdefault(pod.group, []).append(pod)
+        return list(groups.values())
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -500,15 +755,13 @@ class SimulatedCluster:
         )
         await self._send(report)
 
-    async def _report_status(
-        self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
-    ) -> None:
-        status = self._status(deployment_id, replicas, short=short, failed=failed)
-        digests = Counter(p.digest for p in self.pods[deployment_id].values())
+    async def _report_status(self, deployment_id: str) -> None:
+        """The deployment's status, and how many replicas run each serving configuration."""
+        digests = Counter(g[0].digest for g in self._replicas(deployment_id))
         report = DeploymentReport.model_construct(
             cluster_id=self.cluster_id,
             deployment_id=deployment_id,
-            status=status,
+            status=self._status(deployment_id),
             live_digests=dict(digests),
         )
         await self._send(report)
@@ -545,64 +798,152 @@ class SimulatedCluster:
         """What the last status report said, or would have: none where nothing runs and
         nothing is to be run (removed, read-only, observed)."""
         want = self.desired.get(deployment_id)
-        hands_off = want is None or self.read_only or _observed(want)
-        if hands_off and not self.pods.get(deployment_id):
+        if (want is None or self._hands_off(want)) and not self.pods.get(deployment_id):
             return None
-        wanted = self._wanted(deployment_id)
-        return self._status(deployment_id, wanted, short=self._short(deployment_id))
+        return self._status(deployment_id)
+
+    def _hands_off(self, want: Mapping[str, Any]) -> bool:
+        """Whether the cluster runs what it has of the deployment without writing for it."""
+        return self.read_only or _observed(want)
 
     def _wanted(self, deployment_id: str) -> int:
         """How many replicas the deployment should have here: what it asks for when the
-        cluster runs it, else (observed, read-only) what runs."""
+        cluster runs it, else (observed) what runs."""
         want = self.desired.get(deployment_id)
         if want is None:
             return 0
         if _observed(want):
-            return len(self.pods.get(deployment_id, {}))
+            return len(self._replicas(deployment_id))
         return int(want["replicas"]) if want["enabled"] else 0
 
     def _short(self, deployment_id: str) -> bool:
-        """Fewer pods of its serving configuration than it should have: no devices for more."""
+        """Fewer replicas of its serving configuration than its DynamoGraphDeployment says:
+        no devices for more."""
         want = self.desired.get(deployment_id)
-        if want is None or self.read_only or _observed(want):
+        written = self.written.get(deployment_id)
+        if want is None or written is None or self._hands_off(want):
             return False
-        current = [
-            p
-            for p in self.pods.get(deployment_id, {}).values()
-            if p.digest == want["serving_digest"]
-        ]
-        return len(current) < self._wanted(deployment_id)
+        replicas = int(written["replicas"]) if written["enabled"] else 0
+        digest = written["serving_digest"]
+        current = sum(g[0].digest == digest for g in self._replicas(deployment_id))
+        return bool(current < replicas)
 
-    def _status(
-        self, deployment_id: str, replicas: int, *, short: bool = False, failed: bool = False
-    ) -> DeploymentStatus:
-        pods = self.pods.get(deployment_id, {}).values()
-        failed = failed or deployment_id in self.failing
-        ready = sum(p.ready for p in pods)
-        digests = Counter(p.digest for p in pods)
+    def _status(self, deployment_id: str) -> DeploymentStatus:
+        """Ready replicas count whole replicas (every pod of one ready). A refusal is the
+        phase `failed`; pods that fail are conditions beside the phase the replicas give."""
+        replicas, short = self._wanted(deployment_id), self._short(deployment_id)
+        groups = self._replicas(deployment_id)
+        ready = sum(all(p.ready for p in g) for g in groups)
+        want = self.desired.get(deployment_id)
+        refused = None if want is None or self._hands_off(want) else self.refused.get(deployment_id)
+        conditions = self._conditions(deployment_id, refused)
         message = None
-        if failed:
-            phase, reason = ClusterPhase.FAILED, "ImagePullBackOff"
-            message = "the serving image could not be pulled"
-        elif short and not pods:
+        if refused is not None:
+            phase, (reason, message) = ClusterPhase.FAILED, refused
+        elif short and not groups:
             phase, reason = ClusterPhase.PENDING, "InsufficientDevices"
-        elif ready == replicas and len(digests) <= 1 and not short:
+        elif ready == replicas and len({g[0].digest for g in groups}) <= 1 and not short:
             phase, reason = ClusterPhase.READY, None
         else:
             phase, reason = ClusterPhase.PROGRESSING, "InsufficientDevices" if short else None
+        if reason is None and conditions:
+            reason, message = conditions[0].reason, conditions[0].message
         return DeploymentStatus.model_construct(
             phase=phase,
             reason=reason,
             message=message,
             ready_replicas=ready,
             desired_replicas=replicas,
+            conditions=tuple(conditions),
         )
+
+    def _conditions(
+        self, deployment_id: str, refused: tuple[str, str] | None
+    ) -> list[StatusCondition]:
+        """The refusal (of the graph itself), and each way its pods fail, with how many do."""
+        conditions = []
+        if refused is not None:
+            conditions.append(
+                StatusCondition.model_construct(
+                    reason=refused[0], message=refused[1], permanent=True, pods=0
+                )
+            )
+        failing: dict[str, list[Pod]] = {}
+        for pod in self.pods.get(deployment_id, {}).values():
+            if pod.fault is not None and not pod.ready:
+                failing.setdefault(pod.fault, []).append(pod)
+        fault = self.faults.get(deployment_id)
+        for reason, pods in failing.items():
+            template = fault.message if fault and fault.reason == reason else reason
+            conditions.append(
+                StatusCondition.model_construct(
+                    reason=reason,
+                    message=template.replace("{pod}", pods[0].name),
+                    permanent=False,
+                    pods=len(pods),
+                )
+            )
+        return conditions[:MAX_CONDITIONS]
 
 
 def _observed(want: Mapping[str, Any]) -> bool:
     """Whether the plane only observes this deployment here (a render object without an
     authority is managed)."""
     return bool(want.get("authority", Authority.MANAGED) != Authority.MANAGED)
+
+
+def _spec(want: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a render object its DynamoGraphDeployment shows: a write is needed when this
+    differs (the authority, say, is the plane's own)."""
+    return (
+        want["serving_digest"],
+        tuple(want.get("engine_args") or ()),
+        want["replicas"],
+        want["enabled"],
+        want.get("nodes_per_worker", 1),
+    )
+
+
+def _pod_fault(fault: str, want: Mapping[str, Any], request: Mapping[str, Any]) -> PodFault:
+    """A pod fault as asked for, on the deployment's serving configuration."""
+    replicas = request.get("replicas")
+    if replicas is not None and (type(replicas) is not int or replicas < 1):
+        raise ValueError("replicas: how many of the deployment's replicas, at least 1")
+    serving = want["serving"]
+    image = serving.get("image") or (
+        f"nvcr.io/nvidia/ai-dynamo/{serving.get('backend')}-runtime:{serving['engine_version']}"
+    )
+    reason = POD_FAULTS[fault]
+    message = _MESSAGES[reason].replace("{image}", image)
+    return PodFault(reason, message, want["serving_digest"], replicas)
+
+
+def _refusal(request: Mapping[str, Any]) -> tuple[str, str]:
+    """The API server's reason and message for a refusal, as asked for."""
+    reason = request.get("reason") or REFUSED
+    message = request.get("message") or (
+        'admission webhook "vdynamographdeployment.kb.io" denied the request (simulated)'
+    )
+    if not isinstance(reason, str) or not _REASON.match(reason):
+        raise ValueError("reason: a word such as Invalid or Forbidden, at most 64 characters")
+    if not isinstance(message, str) or len(message) > 1024:
+        raise ValueError("message: text of at most 1024 characters")
+    return reason, message
+
+
+def _saved(pod: Pod) -> dict[str, Any]:
+    """A pod as the state file keeps it."""
+    return {
+        "name": pod.name,
+        "node": pod.node.node_id,
+        "device_ids": list(pod.device_ids),
+        "digest": pod.digest,
+        "engine_version": pod.engine_version,
+        "ready": pod.ready,
+        "replica": pod.replica,
+        "size": pod.size,
+        "fault": pod.fault,
+    }
 
 
 def _sighting(seen: Mapping[str, Any]) -> Sighting:
