@@ -388,6 +388,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     def __init__(self) -> None:
         super().__init__()
         self.ready: dict[str, tuple[str, bool]] = {}  # replica id -> (deployment id, ready)
+        self.ready_pods: dict[str, int] = {}  # deployment id -> its ready pods
         self.on_cluster: dict[str, list[str]] = {}  # cluster id -> deployment ids
         self.unreachable: dict[str, bool] = {}  # cluster id -> True (a set does not checkpoint)
 
@@ -472,6 +473,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     @handles(DeploymentDeleted)
     def _deleted(self, deployment_id: str, e: E) -> Keys:
         view = self.views.pop(deployment_id, None)
+        self.ready_pods.pop(deployment_id, None)
         if view is not None:
             self.on_cluster[view["cluster_id"]].remove(deployment_id)
         return (deployment_id,)
@@ -501,7 +503,9 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(StatusObserved)
     def _status(self, deployment_id: str, e: E) -> Keys:
-        return self._set(deployment_id, "status", e["status"])
+        keys = self._set(deployment_id, "status", e["status"])
+        self._ready(deployment_id)
+        return keys
 
     @handles(LiveDigestsObserved)
     def _digests(self, deployment_id: str, e: E) -> Keys:
@@ -548,11 +552,23 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         return self._count(deployment_id, was, ready=ready)
 
     def _count(self, deployment_id: str, was: bool, *, ready: bool) -> Keys:
-        """A replica of the deployment became ready, or stopped being ready."""
-        view = self.views.get(deployment_id)
-        if view is None or was == ready:
+        """A pod of the deployment became ready, or stopped being ready."""
+        if deployment_id not in self.views or was == ready:
             return ()
-        view["ready_replicas"] += 1 if ready else -1
+        pods = self.ready_pods.get(deployment_id, 0) + (1 if ready else -1)
+        self.ready_pods[deployment_id] = max(pods, 0)
+        return self._ready(deployment_id)
+
+    def _ready(self, deployment_id: str) -> Keys:
+        """Ready replicas are whole ones (a prefill and decode pair, all pods of a multinode
+        worker), as the cluster's status counts them; its ready pods until it reports one."""
+        view = self.views.get(deployment_id)
+        if view is None:
+            self.ready_pods.pop(deployment_id, None)
+            return ()
+        status = view["status"]
+        pods = self.ready_pods.get(deployment_id, 0)
+        view["ready_replicas"] = status["ready_replicas"] if status else pods
         self._degraded(view)
         return (deployment_id,)
 

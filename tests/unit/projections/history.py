@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, Writer, split_id
 from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
-from wingsmith.domain.deployment import AdmissionReason, Deployment
+from wingsmith.domain.deployment import (
+    AdmissionReason,
+    ClusterPhase,
+    Deployment,
+    DeploymentStatus,
+)
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
 from wingsmith.domain.values import ServingConfig
@@ -155,6 +160,16 @@ class Fleet:
     def fail(self, i: int) -> None:
         d = self._deployment(i)
         d.mark_failed(CLUSTER, "CrashLoopBackOff", "exited")
+        self._keep(d)
+
+    def status(self, i: int, ready: int) -> None:
+        """The cluster's status: `ready` whole replicas, however many pods are ready."""
+        d = self._deployment(i)
+        phase = ClusterPhase.READY if ready >= d.desired_replicas else ClusterPhase.PROGRESSING
+        status = DeploymentStatus(
+            phase=phase, ready_replicas=ready, desired_replicas=d.desired_replicas
+        )
+        d.record_status(CLUSTER, status, version=0)
         self._keep(d)
 
     def scale(self, i: int, n: int) -> None:

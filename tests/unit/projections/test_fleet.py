@@ -96,6 +96,23 @@ def test_workload_and_deployment_views_follow_the_cluster() -> None:
     assert fold(WorkloadPhase, fleet.envelopes).views["w2"]["phase"] == "pending"
 
 
+def test_ready_replicas_are_whole_ones_as_the_cluster_counts_them() -> None:
+    fleet = fleet_with_one_deployment()  # 2 replicas wanted
+    fleet.run(("admit", 0, True))
+    for _ in range(3):  # a prefill, a decode and another prefill pod, all ready
+        fleet.run(("start", 0))
+    for pod in range(3):
+        fleet.run(("ready", pod, True))
+    health = lambda: fold(DeploymentHealth, fleet.envelopes).views["w1--east"]  # noqa: E731
+    assert (health()["ready_replicas"], health()["degraded"]) == (3, False)  # pods, until...
+    fleet.run(("status", 0, 1))  # ...the cluster says: one whole pair
+    assert (health()["ready_replicas"], health()["degraded"]) == (1, True)
+    fleet.run(("ready", 2, False))  # a pod's readiness no longer overrides the status
+    assert health()["ready_replicas"] == 1
+    fleet.run(("status", 0, 2))
+    assert (health()["ready_replicas"], health()["degraded"]) == (2, False)
+
+
 def test_ignored_discoveries_leave_the_default_list() -> None:
     sighting = {
         "namespace": "ns",
