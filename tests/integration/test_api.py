@@ -122,7 +122,7 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert [w["workload_id"] for w in listed["workloads"]] == ["llama"]
     assert ok(await api.get("/v1/workloads", params={"project": "other"}))["workloads"] == []
 
-    ready = {
+    ready: dict[str, object] = {
         "phase": "ready",
         "reason": None,
         "message": None,
