@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from wingsmith.domain import releases
+
 T = TypeVar("T", bound=Hashable)
 
 # A DNS label: it is safe as a Kubernetes name, a NATS subject token and a KV key.
@@ -168,13 +170,52 @@ class KvCache(Frozen):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
 
 
+def _engine_version_optional(schema: dict[str, Any]) -> None:
+    """engine_version may be left out when runtime_release says which one its image ships."""
+    schema["required"] = [r for r in schema.get("required", []) if r != "engine_version"]
+
+
+def _unset(value: object) -> bool:
+    return value is None
+
+
+def _known_release(version: str) -> str:
+    return releases.known(version).version
+
+
+RuntimeRelease = Annotated[
+    str,
+    AfterValidator(_known_release),
+    WithJsonSchema({"type": "string", "enum": list(releases.RELEASES)}),
+]
+
+
 class ServingConfig(Frozen):
     """How a model is served. A change to what the engine runs is a new generation with a new
-    digest; one to where its pods are scheduled or to the frontend (most of `pod`) is not."""
+    digest; one to where its pods are scheduled or to the frontend (most of `pod`) is not.
+
+    `runtime_release` names the Dynamo release that runs it (its image, module and flags);
+    `engine_version` is the engine's own version, by default the one that release ships.
+    A config stored before runtime releases existed has none: its engine_version was used as
+    the release, and still is (`release`), so it renders and hashes as it always did.
+    """
+
+    model_config = ConfigDict(json_schema_extra=_engine_version_optional)
 
     model: str = Field(min_length=1, max_length=256)
     backend: Backend
-    engine_version: str = Field(min_length=1, max_length=64)
+    engine_version: str = Field(
+        min_length=1,
+        max_length=64,
+        description="The engine's version; defaults to the one runtime_release ships",
+    )
+    # Added after configs were first stored: left out of dumps (and so of the digest) while
+    # unset, so every config stored before it dumps and hashes as it did.
+    runtime_release: RuntimeRelease | None = Field(
+        default=None,
+        description="The Dynamo runtime release: picks the image, module and flags",
+        exclude_if=_unset,
+    )
     image: str | None = Field(default=None, min_length=1, max_length=512)
     mode: ServingMode = ServingMode.AGGREGATED
     devices_per_replica: int = Field(ge=1, le=512)
@@ -191,6 +232,38 @@ class ServingConfig(Frozen):
     def _nothing_is_unset(cls, pod: PodNeeds | None) -> PodNeeds | None:
         """Needs that say nothing are no needs: one configuration, one form."""
         return None if pod == PodNeeds() else pod
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_version_from_release(cls, data: Any) -> Any:
+        """No engine_version: the one the runtime release's image of the backend ships."""
+        if not isinstance(data, dict) or data.get("runtime_release") is None:
+            return data
+        if data.get("engine_version") is not None:
+            return data
+        release = releases.RELEASES.get(str(data["runtime_release"]))
+        if release is None:
+            # The field's own check refuses the release, with the known ones listed; it is the
+            # one problem to report, not a missing engine_version beside it.
+            return data | {"engine_version": "unknown"}
+        backend = data.get("backend")
+        if backend not in releases.RUNTIME_REPOSITORIES:
+            return data
+        return data | {"engine_version": release.engine_version(str(backend))}
+
+    @model_validator(mode="after")
+    def _engine_version_matches_release(self) -> ServingConfig:
+        """Dynamo's image of a release ships one engine version; another one needs an image."""
+        if self.runtime_release is None or self.image is not None:
+            return self
+        shipped = releases.known(self.runtime_release).engine_version(self.backend.value)
+        if self.engine_version != shipped:
+            raise ValueError(
+                f"engine_version {self.engine_version!r} contradicts runtime_release "
+                f"{self.runtime_release!r}, whose {self.backend.value} image ships {shipped!r}; "
+                f"leave engine_version out, or give an image that has it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _footprint_holds_parallelism(self) -> ServingConfig:
@@ -210,6 +283,12 @@ class ServingConfig(Frozen):
     def devices_per_worker(self) -> int:
         """The devices of one engine process: a prefill or decode worker gets half."""
         return self.devices_per_replica // (2 if self.mode is ServingMode.DISAGGREGATED else 1)
+
+    @property
+    def release(self) -> str:
+        """The Dynamo release that runs this config: runtime_release, or for a config stored
+        before it existed the engine_version it used as one."""
+        return self.runtime_release or self.engine_version
 
     def digest(self) -> str:
         """A stable hash: equal configurations give equal digests, in any process. Of the pod

@@ -40,9 +40,10 @@ REQUIRED = (
     "replicas",
     "model",
     "backend",
-    "engine_version",
     "devices_per_replica",
 )
+# One of these says which Dynamo runtime runs the model; the release is the one to give.
+VERSION_FLAGS = ("runtime_release", "engine_version")
 Run = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
@@ -190,6 +191,8 @@ def _serving_from(args: argparse.Namespace, current: dict[str, Any] | None = Non
     if args.file:
         return _load(args.file)
     serving = dict(current or {})
+    if args.runtime_release is not None and args.engine_version is None:
+        serving.pop("engine_version", None)  # it defaults to what the new release ships
     for flag in SERVING_FLAGS:
         if getattr(args, flag) is not None:
             serving[flag] = getattr(args, flag)
@@ -203,6 +206,7 @@ def _serving_from(args: argparse.Namespace, current: dict[str, Any] | None = Non
 SERVING_FLAGS = (
     "model",
     "backend",
+    "runtime_release",
     "engine_version",
     "image",
     "mode",
@@ -227,6 +231,8 @@ async def _create_workload(api: ApiClient, args: argparse.Namespace) -> str | No
         body = _load(args.file)
     else:
         missing = [f for f in REQUIRED if getattr(args, f) is None]
+        if all(getattr(args, f) is None for f in VERSION_FLAGS):
+            missing.append(VERSION_FLAGS[0])
         if missing:
             flags = ", ".join(
                 "NAME" if f == "workload_id" else "--" + f.replace("_", "-") for f in missing
@@ -581,7 +587,14 @@ def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:
     parser.add_argument("--file", help=file)
     parser.add_argument("--model")
     parser.add_argument("--backend", choices=[b.value for b in Backend])
-    parser.add_argument("--engine-version")
+    parser.add_argument(
+        "--runtime-release",
+        help="the Dynamo runtime release, e.g. 1.3.1: picks the image and the engine's flags "
+        "(docs/operator.md#dynamo-runtime-releases lists them)",
+    )
+    parser.add_argument(
+        "--engine-version", help="the engine's own version; by default what the release ships"
+    )
     parser.add_argument("--devices-per-replica", type=int)
     parser.add_argument("--tensor", type=int, help="tensor parallelism")
     parser.add_argument("--mode", choices=[m.value for m in ServingMode])

@@ -140,7 +140,7 @@ async def _demo(nc: nats_bus.Connection, clusters: dict[str, list[SimNode]]) -> 
                 "serving": {
                     "model": "meta-llama/Llama-3.1-8B-Instruct",
                     "backend": "vllm",
-                    "engine_version": "0.4.1",
+                    "runtime_release": "1.0.1",
                     "devices_per_replica": 2,
                     "parallelism": {"tensor": 2},
                 },

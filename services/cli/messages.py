@@ -41,7 +41,11 @@ def sim_fault(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="default", help="run_model, stop_model")
     parser.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
     parser.add_argument("--backend", default="vllm", choices=[b.value for b in EngineBackend])
-    parser.add_argument("--engine-version", default="0.9.2", help="run_model")
+    parser.add_argument(
+        "--engine-version",
+        default="1.0.1",
+        help="run_model: the version its image is tagged with (a Dynamo release)",
+    )
     parser.add_argument(
         "--replicas",
         type=int,

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from wingsmith.domain import releases
 from wingsmith.domain.values import ServingConfig
 
 from .conftest import serving
@@ -34,3 +35,70 @@ def test_digest_ignores_how_the_config_was_spelled() -> None:
 def test_devices_must_hold_the_parallelism() -> None:
     with pytest.raises(ValidationError, match="multiple of tensor x pipeline"):
         serving(devices_per_replica=3, parallelism={"tensor": 2})
+
+
+# A config as the plane stored it before runtime releases existed, and the digest it had then.
+STORED_BEFORE_RELEASES = (
+    '{"model":"meta-llama/Llama-3.1-8B-Instruct","backend":"vllm","engine_version":"0.9.2",'
+    '"image":null,"mode":"aggregated","devices_per_replica":2,'
+    '"parallelism":{"tensor":2,"pipeline":1,"expert":1},"context_length":null,'
+    '"quantization":null,"kv_cache":{"dtype":"fp8","block_size":null,"gpu_memory_utilization":null}}'
+)
+
+
+def test_a_config_stored_before_runtime_releases_keeps_its_digest_and_its_dump() -> None:
+    loaded = ServingConfig.model_validate_json(STORED_BEFORE_RELEASES)
+    assert loaded.digest() == "svg_d4b74ab7ca7923eb"
+    assert loaded.runtime_release is None
+    assert loaded.release == "0.9.2"  # its engine_version was the release, and still is
+    assert loaded.model_dump_json() == STORED_BEFORE_RELEASES
+
+
+def _released(**fields: object) -> ServingConfig:
+    base = {"model": "Qwen/Qwen3-0.6B", "backend": "sglang", "devices_per_replica": 1}
+    return ServingConfig.model_validate(base | fields)
+
+
+@pytest.mark.parametrize(
+    ("backend", "release", "engine"),
+    [("vllm", "1.0.1", "0.16.0"), ("sglang", "0.9.0", "0.5.8"), ("trtllm", "1.3.1", "1.3.0rc19")],
+)
+def test_the_engine_version_defaults_to_what_the_release_ships(
+    backend: str, release: str, engine: str
+) -> None:
+    config = _released(backend=backend, runtime_release=release)
+    assert (config.engine_version, config.release) == (engine, release)
+    assert config.model_dump()["runtime_release"] == release
+
+
+def test_an_unknown_runtime_release_is_refused_with_the_known_ones_listed() -> None:
+    with pytest.raises(ValidationError, match=r"'0\.9\.2' is not a Dynamo release") as refused:
+        _released(runtime_release="0.9.2", engine_version="0.5.8")
+    assert ", ".join(releases.RELEASES) in str(refused.value)
+
+
+def test_an_engine_version_the_release_does_not_ship_is_refused_naming_both() -> None:
+    with pytest.raises(ValidationError, match=r"'0\.4\.9' contradicts runtime_release '1\.0\.1'"):
+        _released(runtime_release="1.0.1", engine_version="0.4.9")
+    own = _released(runtime_release="1.0.1", engine_version="0.4.9", image="r.local/sglang:mine")
+    assert own.engine_version == "0.4.9"  # an image of one's own ships what it ships
+
+
+def test_neither_an_engine_version_nor_a_release_is_refused() -> None:
+    with pytest.raises(ValidationError, match="engine_version"):
+        _released()
+
+
+def test_naming_the_release_changes_the_digest() -> None:
+    legacy = _released(engine_version="0.5.8")
+    assert _released(runtime_release="0.9.0").digest() != legacy.digest()
+    assert (
+        _released(runtime_release="0.9.0").digest() != _released(runtime_release="0.9.1").digest()
+    )
+
+
+def test_the_schema_lists_the_releases_and_lets_the_engine_version_default() -> None:
+    schema = ServingConfig.model_json_schema()
+    assert "engine_version" not in schema["required"]
+    enum = next(s["enum"] for s in schema["properties"]["runtime_release"]["anyOf"] if "enum" in s)
+    assert enum == list(releases.RELEASES)
