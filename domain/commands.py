@@ -14,9 +14,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
+    field_validator,
 )
 
-from wingsmith.domain import names
+from wingsmith.domain import engine_flags, names
 from wingsmith.domain.admission import Decision, Placement
 from wingsmith.domain.base import Writer
 from wingsmith.domain.contracts import reports as r
@@ -101,6 +103,18 @@ class CreateWorkload(Command):
         description="Allow-list: placement chooses only among these clusters",
     )
     engine_args: list[EngineArg] = Field(default_factory=list, max_length=256)
+
+    @field_validator("engine_args")
+    @classmethod
+    def _engine_args_fit_the_serving_config(cls, args: list[str], info: ValidationInfo) -> Any:
+        """A flag the renderer spells from the serving config may not be set again
+        (domain/engine_flags.py); SetEngineArgs and ChangeServingConfig are checked by their
+        handlers, which know the deployment's serving config."""
+        serving = info.data.get("serving")
+        problems = engine_flags.conflicts(serving, args) if serving is not None else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        return args
 
 
 class ScaleWorkload(Command):

@@ -7,10 +7,11 @@ commands against cached aggregates and save them all in one transaction.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from wingsmith.domain import commands as c
+from wingsmith.domain import engine_flags
 from wingsmith.domain.base import (
     Aggregate,
     AlreadyExists,
@@ -29,7 +30,7 @@ from wingsmith.domain.deployment import (
 from wingsmith.domain.discovery import Discovery, Sighting
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Known, Replica, Roster, reconcile
-from wingsmith.domain.values import ResourceRef
+from wingsmith.domain.values import ResourceRef, ServingConfig
 from wingsmith.domain.workload import Workload
 
 A = TypeVar("A", bound=Aggregate)
@@ -46,6 +47,13 @@ def _require(repo: Repository, cls: type[A], key: str, field: str) -> A:
     if aggregate is None:
         raise NotFound(f"{cls.kind} {key!r} does not exist", field=field)
     return aggregate
+
+
+def _check_engine_args(serving: ServingConfig, engine_args: Sequence[str]) -> None:
+    """Engine arguments that fight what the renderer spells from `serving` are refused."""
+    problems = engine_flags.conflicts(serving, engine_args)
+    if problems:
+        raise InvalidValue("; ".join(problems), field="engine_args", flags=problems)
 
 
 def set_quota(repo: Repository, cmd: c.SetQuota, cause: Cause) -> dict[str, Any]:
@@ -198,6 +206,9 @@ def change_serving_config(
     repo: Repository, cmd: c.ChangeServingConfig, cause: Cause
 ) -> dict[str, Any]:
     workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    found = (repo.get(Deployment, key) for key in workload.deployments.values())
+    for args in (workload.engine_args, *(d.engine_args for d in found if d is not None)):
+        _check_engine_args(cmd.serving, args)  # the new config may render what they set
     if workload.change_serving_config(cause, cmd.serving):
         for key in workload.deployments.values():
             _require(repo, Deployment, key, "workload_id").change_serving_config(cause, cmd.serving)
@@ -226,6 +237,7 @@ def disable_deployment(repo: Repository, cmd: c.DisableDeployment, cause: Cause)
 
 def set_engine_args(repo: Repository, cmd: c.SetEngineArgs, cause: Cause) -> dict[str, Any]:
     deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
+    _check_engine_args(deployment.serving, cmd.engine_args)
     deployment.set_engine_args(cause, tuple(cmd.engine_args))
     return _deployment_result(deployment)
 

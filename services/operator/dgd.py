@@ -9,9 +9,15 @@ Two API versions are rendered: `nvidia.com/v1beta1` (what current Dynamo operato
 `nvidia.com/v1alpha1` (the only version operators released before May 2026 know). The shape of
 the graph is fixed by the serving mode, one frontend plus either one `worker` or a `prefill` and
 a `decode` component, because Dynamo forbids adding or removing components after creation.
-A disaggregated replica is one prefill plus one decode pod, each with half of the replica's
+A disaggregated replica is one prefill plus one decode worker, each with half of the replica's
 devices, so the DGD requests exactly `devices_per_replica` per replica, as admission counted.
-Input the renderer cannot express raises ValueError naming the field.
+A worker wider than a node (`nodes_per_worker` > 1) is a multinode component: `nodeCount` pods
+with an even share of its devices each; Dynamo's operator adds the backend's own multinode
+launch (node rank, leader address, mpirun) to them.
+
+The Dynamo runtime release (domain/releases.py) picks the image and the flags its workers
+understand; a config stored before releases were named uses its engine_version as the release,
+as it always did. Input the renderer cannot express raises ValueError naming the field.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
+from wingsmith.domain import engine_flags, releases
 from wingsmith.domain.contracts.render import LABEL_VALUE_MAX, RenderObject
 from wingsmith.domain.pods import PodNeeds
 from wingsmith.domain.values import Backend, ServingConfig, ServingMode
@@ -64,7 +71,6 @@ _SEMVER_TAG = re.compile(
 )
 # runtimeVersionOverride: strict MAJOR.MINOR.PATCH, each part at most four digits (the CRD pattern).
 RUNTIME_VERSION = re.compile(r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
-_LEADING_VERSION = re.compile(r"^[vV]?([0-9]+)\.")
 
 
 @dataclass(frozen=True)
@@ -78,10 +84,11 @@ class Component:
     runtime_version: str | None
     command: tuple[str, ...]
     args: tuple[str, ...]
-    gpus: int  # per pod (one engine worker); 0 means no device request and no node selector
+    gpus: int  # per pod; 0 means no device request and no node selector
     device_class: str
     labels: Mapping[str, str]
     pod: PodNeeds | None = None  # what its pods need besides the command line (pods.py)
+    nodes: int = 1  # pods of one engine worker (multinode when > 1)
 
 
 # --- public entry points ---------------------------------------------------------------------
@@ -141,17 +148,20 @@ def deployment_label(deployment_id: str) -> str:
 
 
 def runtime_image(serving: ServingConfig) -> str:
-    """The configured image, or Dynamo's runtime image for the backend at the engine version."""
+    """The configured image, or Dynamo's runtime image of the backend for the release."""
     if serving.image is not None:
         if serving.image != serving.image.strip() or any(c.isspace() for c in serving.image):
             raise ValueError(f"serving.image: {serving.image!r} contains whitespace")
         return serving.image
+    if serving.runtime_release is not None:
+        return releases.known(serving.runtime_release).image(serving.backend.value)
+    # A config from before runtime releases: its engine_version was the image tag.
     if not _IMAGE_TAG.match(serving.engine_version):
         raise ValueError(
             f"serving.engine_version: {serving.engine_version!r} cannot be an image tag"
         )
-    repository = _RUNTIME_REPOSITORY[serving.backend]
-    return f"nvcr.io/nvidia/ai-dynamo/{repository}:{serving.engine_version}"
+    repository = releases.RUNTIME_REPOSITORIES[serving.backend.value]
+    return f"{releases.RUNTIME_REGISTRY}/{repository}:{serving.engine_version}"
 
 
 def image_tag(image: str) -> str:
@@ -165,6 +175,8 @@ def runtime_version_override(serving: ServingConfig, image: str) -> str | None:
     """What Dynamo needs in runtimeVersionOverride: nothing when the image tag is a version."""
     if is_version_tag(image_tag(image)):
         return None
+    if serving.runtime_release is not None:
+        return serving.runtime_release  # every known release is MAJOR.MINOR.PATCH
     if RUNTIME_VERSION.match(serving.engine_version):
         return serving.engine_version
     raise ValueError(
@@ -187,6 +199,8 @@ def plan_components(obj: RenderObject) -> list[Component]:
     serving = obj.serving
     image = runtime_image(serving)
     override = runtime_version_override(serving, image)
+    engine_flags.check_engine_args(serving, obj.engine_args)
+    gpus = _gpus_per_pod(serving, obj.nodes_per_worker)
     labels = pod_labels(obj)
     workers = obj.replicas if obj.enabled else 0
     frontend = Component(
@@ -212,9 +226,10 @@ def plan_components(obj: RenderObject) -> list[Component]:
             runtime_version=override,
             command=("python3", "-m", module),
             args=tuple(engine_argv(serving, role, obj.engine_args)),
-            gpus=serving.devices_per_worker,
+            gpus=gpus,
             device_class=obj.device_class,
             labels=labels,
+            nodes=obj.nodes_per_worker,
         )
         for role in roles
     ]
@@ -226,6 +241,16 @@ def _with_pod(c: Component, needs: PodNeeds | None) -> Component:
         return replace(c, pod=needs)
     replicas = pods.frontend_replicas(needs) if c.replicas else 0
     return replace(c, pod=needs, replicas=replicas, args=c.args + pods.frontend_args(needs))
+
+
+def _gpus_per_pod(serving: ServingConfig, nodes: int) -> int:
+    """A worker's devices split evenly over its nodes, as admission counted them."""
+    if serving.devices_per_worker % nodes:
+        raise ValueError(
+            f"nodes_per_worker: {nodes} does not divide a worker's "
+            f"{serving.devices_per_worker} devices evenly"
+        )
+    return serving.devices_per_worker // nodes
 
 
 def pod_labels(obj: RenderObject) -> dict[str, str]:
@@ -279,7 +304,7 @@ def _vllm_args(serving: ServingConfig, disaggregation: str | None) -> list[str]:
         *_opt("--kv-cache-dtype", kv.dtype),
         *_opt("--block-size", kv.block_size),
         *_opt("--gpu-memory-utilization", kv.gpu_memory_utilization),
-        *_vllm_disaggregation(serving.engine_version, disaggregation),
+        *_vllm_disaggregation(serving.release, disaggregation),
     ]
 
 
@@ -288,21 +313,15 @@ _NIXL_TRANSFER = json.dumps(
 )
 
 
-def _vllm_disaggregation(engine_version: str, disaggregation: str | None) -> list[str]:
+def _vllm_disaggregation(release: str, disaggregation: str | None) -> list[str]:
     """Dynamo 1.0 replaced `--is-prefill-worker` with `--disaggregation-mode`; later releases
     also require an explicit KV connector on prefill workers (given to both sides so they agree).
     """
     if disaggregation is None:
         return []
-    major = _major_version(engine_version)
-    if major is not None and major < 1:
+    if not releases.vllm_disaggregation_mode(release):
         return ["--is-prefill-worker"] if disaggregation == "prefill" else []
     return ["--disaggregation-mode", disaggregation, "--kv-transfer-config", _NIXL_TRANSFER]
-
-
-def _major_version(engine_version: str) -> int | None:
-    match = _LEADING_VERSION.match(engine_version)
-    return int(match.group(1)) if match else None  # unreadable: assume a current release
 
 
 # SGLang names fp8 KV caches by their exact encoding; plain "fp8" means e4m3 elsewhere.
@@ -324,11 +343,17 @@ def _sglang_args(serving: ServingConfig, disaggregation: str | None) -> list[str
         *_opt("--kv-cache-dtype", kv_dtype),
         *_opt("--page-size", kv.block_size),
         *_opt("--mem-fraction-static", kv.gpu_memory_utilization),
-        *(
-            ["--disaggregation-mode", disaggregation, "--disaggregation-transfer-backend", "nixl"]
-            if disaggregation
-            else []
-        ),
+        *(_sglang_disaggregation(disaggregation) if disaggregation else []),
+    ]
+
+
+def _sglang_disaggregation(disaggregation: str) -> list[str]:
+    """The prefill worker's bootstrap server must be reachable from decode pods: SGLang binds
+    it to `--host`, 127.0.0.1 by default, so every upstream Kubernetes manifest binds 0.0.0.0."""
+    return [
+        *("--disaggregation-mode", disaggregation),
+        *("--disaggregation-transfer-backend", "nixl"),
+        *("--host", "0.0.0.0"),
     ]
 
 
@@ -367,14 +392,23 @@ def _trtllm_footprint(serving: ServingConfig) -> str:
     return f"tensor x pipeline parallelism ({world})"
 
 
-def _trtllm_overrides(serving: ServingConfig, disaggregation: str | None) -> str | None:
-    """LLM-API settings that have no flag of their own, as the JSON `--override-engine-args` takes.
+# What Dynamo's TensorRT-LLM worker gives the engine when `--free-gpu-memory-fraction` is not
+# set (components/src/dynamo/trtllm/backend_args.py).
+_TRTLLM_MEMORY_FRACTION = 0.9
 
-    A user's own `--override-engine-args` in engine_args replaces this one as a whole.
+
+def _trtllm_overrides(serving: ServingConfig, disaggregation: str | None) -> str | None:
+    """LLM-API settings as the one JSON `--override-engine-args` Dynamo's worker takes.
+
+    The worker builds the engine's `kv_cache_config` from `--free-gpu-memory-fraction` alone
+    (`--kv-block-size` only tells the KV router the block size) and then lays this override
+    over it, so a `kv_cache_config` here must carry every KV-cache setting, the memory fraction
+    included, or it drops the worker's. engine_args may not carry a second override
+    (domain/engine_flags.py): it would replace this one whole.
     """
     overrides: dict[str, Any] = {}
-    if serving.kv_cache.dtype:
-        overrides["kv_cache_config"] = {"dtype": serving.kv_cache.dtype}
+    if kv_cache := _trtllm_kv_cache(serving):
+        overrides["kv_cache_config"] = kv_cache
     if serving.quantization:
         algo = _TRTLLM_QUANT_ALGOS.get(serving.quantization, serving.quantization.upper())
         overrides["quant_config"] = {"quant_algo": algo}
@@ -388,15 +422,27 @@ def _trtllm_overrides(serving: ServingConfig, disaggregation: str | None) -> str
     return json.dumps(overrides, sort_keys=True, separators=(",", ":"))
 
 
+def _trtllm_kv_cache(serving: ServingConfig) -> dict[str, Any]:
+    """The engine's KV-cache config for what the serving config says; empty when it says
+    nothing, so the worker keeps its own."""
+    kv = serving.kv_cache
+    if kv.dtype is None and kv.block_size is None and kv.gpu_memory_utilization is None:
+        return {}
+    fraction = kv.gpu_memory_utilization
+    config: dict[str, Any] = {
+        "free_gpu_memory_fraction": _TRTLLM_MEMORY_FRACTION if fraction is None else fraction
+    }
+    if kv.dtype is not None:
+        config["dtype"] = kv.dtype
+    if kv.block_size is not None:
+        config["tokens_per_block"] = kv.block_size
+    return config
+
+
 _BACKEND_ARGS = {
     Backend.VLLM: _vllm_args,
     Backend.SGLANG: _sglang_args,
     Backend.TRTLLM: _trtllm_args,
-}
-_RUNTIME_REPOSITORY = {
-    Backend.VLLM: "vllm-runtime",
-    Backend.SGLANG: "sglang-runtime",
-    Backend.TRTLLM: "tensorrtllm-runtime",
 }
 
 
@@ -431,6 +477,8 @@ def _spec_v1beta1(obj: RenderObject, components: list[Component]) -> dict[str, A
 
 def _component_v1beta1(c: Component) -> dict[str, Any]:
     out: dict[str, Any] = {"name": c.name, "type": c.role, "replicas": c.replicas}
+    if c.nodes > 1:
+        out["multinode"] = {"nodeCount": c.nodes}
     if c.runtime_version is not None:
         out["runtimeVersionOverride"] = c.runtime_version
     pod_spec: dict[str, Any] = {}
@@ -465,6 +513,8 @@ def _service_v1alpha1(c: Component) -> dict[str, Any]:
     if disaggregated:
         out["subComponentType"] = c.role
     out["replicas"] = c.replicas
+    if c.nodes > 1:
+        out["multinode"] = {"nodeCount": c.nodes}
     if c.runtime_version is not None:
         out["runtimeVersionOverride"] = c.runtime_version
     if c.gpus:

@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wingsmith.domain import engine_flags, releases
 from wingsmith.domain.values import Backend, ServingConfig
 from wingsmith.services.operator import dgd as render
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1, render_dgd, render_yaml
@@ -155,10 +156,32 @@ registries = st.sampled_from(
 DIGEST = "@sha256:" + "ab" * 32
 
 
+known_releases = st.sampled_from(list(releases.RELEASES))
+ALL_BACKENDS = st.sampled_from(list(Backend))
+ALL_MODES = st.sampled_from(["aggregated", "disaggregated"])
+
+
 @st.composite
-def images(draw: st.DrawFn) -> tuple[str | None, str, bool]:
-    """(image, engine_version, whether runtimeVersionOverride is expected), all admissible."""
-    case = draw(st.sampled_from(["default", "semver-tag", "no-version"]))
+def images(draw: st.DrawFn) -> tuple[str | None, str | None, str | None, bool]:
+    """(image, engine_version, runtime_release, whether runtimeVersionOverride is expected),
+    all admissible. A config without a runtime release is one stored before they existed."""
+    case = draw(
+        st.sampled_from(["release", "release-image", "default", "semver-tag", "no-version"])
+    )
+    if case == "release":  # Dynamo's image of the release, with the engine version it ships
+        return None, None, draw(known_releases), False
+    if case == "release-image":  # an image of one's own: any engine version, the release's flags
+        tag = draw(st.one_of(semver_tags, other_tags))
+        image = f"{draw(registries)}:{tag}"
+        return image, draw(loose_versions), draw(known_releases), not render.is_version_tag(tag)
+    legacy_image, version, needs_override = draw(_legacy_images(case))
+    return legacy_image, version, None, needs_override
+
+
+@st.composite
+def _legacy_images(draw: st.DrawFn, case: str) -> tuple[str | None, str, bool]:
+    """(image, engine_version, whether runtimeVersionOverride is expected) of a legacy config,
+    whose engine_version was the release."""
     if case == "default":
         version = draw(st.one_of(strict_versions, st.sampled_from(["v1.3.0", "1.4.0-rc2"])))
         return None, version, False
@@ -172,19 +195,29 @@ def images(draw: st.DrawFn) -> tuple[str | None, str, bool]:
 
 
 @st.composite
-def servings(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
-    """A valid serving config (built through ServingConfig) and whether it needs an override."""
-    backend = draw(st.sampled_from(list(Backend)))
+def servings(
+    draw: st.DrawFn,
+    backends: st.SearchStrategy[Backend] = ALL_BACKENDS,
+    modes: st.SearchStrategy[str] = ALL_MODES,
+    wide: bool = False,
+) -> tuple[dict[str, Any], bool]:
+    """A valid serving config (built through ServingConfig) and whether it needs an override;
+    `wide` ones have workers of 2 devices or more, to spread over nodes."""
+    backend = draw(backends)
     tensor = draw(st.sampled_from([1, 2, 4, 8]))
     pipeline = draw(st.sampled_from([1, 2]))
     data = 1 if backend is Backend.TRTLLM else draw(st.sampled_from([1, 2, 4]))
-    mode = draw(st.sampled_from(["aggregated", "disaggregated"]))
+    if wide and tensor * pipeline * data == 1:
+        tensor = 2
+    mode = draw(modes)
     workers = 2 if mode == "disaggregated" else 1  # a prefill and a decode worker per replica
-    image, version, needs_override = draw(images())
+    image, version, release, needs_override = draw(images())
+    versions = {"engine_version": version} if version is not None else {}
     config = ServingConfig(
         model=draw(st.one_of(st.sampled_from(["Qwen/Qwen3-0.6B"]), st.text(min_size=1))),
         backend=backend,
-        engine_version=version,
+        **versions,
+        runtime_release=release,
         image=image,
         mode=mode,
         devices_per_replica=workers * tensor * pipeline * data,
@@ -204,9 +237,27 @@ def servings(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
     return config.model_dump(mode="json"), needs_override
 
 
+def _free_engine_args(config: dict[str, Any]) -> st.SearchStrategy[list[str]]:
+    """Engine arguments that do not fight the rendered flags (those are refused: see
+    test_engine_args_that_fight_the_rendered_flags_are_refused)."""
+    rendered = engine_flags.rendered_flags(ServingConfig.model_validate(config))
+    free = st.text(min_size=1, max_size=40).filter(lambda a: a.split("=", 1)[0] not in rendered)
+    return st.lists(free, max_size=6)
+
+
 @st.composite
-def render_objects(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
-    config, needs_override = draw(servings())
+def render_objects(
+    draw: st.DrawFn,
+    backends: st.SearchStrategy[Backend] = ALL_BACKENDS,
+    modes: st.SearchStrategy[str] = ALL_MODES,
+    multinode: bool | None = None,
+) -> tuple[dict[str, Any], bool]:
+    config, needs_override = draw(servings(backends, modes, wide=bool(multinode)))
+    per_worker = ServingConfig.model_validate(config).devices_per_worker
+    counts = [n for n in (2, 3, 4, 8, 16) if per_worker % n == 0]
+    if multinode is None:
+        counts = [1, *counts]
+    nodes = 1 if multinode is False else draw(st.sampled_from(counts))
     workload, cluster = draw(ids), draw(ids)
     adopted = draw(st.none() | st.fixed_dictionaries({"namespace": dns_labels(), "name": ids}))
     obj = desired(
@@ -216,10 +267,11 @@ def render_objects(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
         cluster_id=cluster,
         device_class=draw(st.sampled_from([H100, "NVIDIA-A100-SXM4-80GB", "L40S", "gb200_nvl"])),
         generation=draw(st.integers(1, 10**9)),
-        engine_args=draw(st.lists(st.text(min_size=1, max_size=40), max_size=6)),
+        engine_args=draw(_free_engine_args(config)),
         replicas=draw(st.integers(0, 16)),
         enabled=draw(st.booleans()),
         adopted=adopted,
+        nodes_per_worker=nodes,
     )
     return obj, needs_override
 
@@ -233,6 +285,25 @@ def render_objects(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
 def test_every_render_object_renders_an_admissible_dgd(
     api_version: str, case: tuple[dict[str, Any], bool]
 ) -> None:
+    _assert_renders_admissibly(api_version, case)
+
+
+@pytest.mark.parametrize("api_version", [V1BETA1, V1ALPHA1])
+@pytest.mark.parametrize("backend", list(Backend))
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
+@pytest.mark.parametrize("multinode", [False, True], ids=["single-node", "multinode"])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_each_backend_mode_and_width_renders_what_a_cluster_needs(
+    api_version: str, backend: Backend, mode: str, multinode: bool, data: st.DataObject
+) -> None:
+    """Every backend x aggregated/disaggregated x single/multinode x API version, each drawn
+    on its own so none depends on the luck of the draw above."""
+    case = data.draw(render_objects(st.just(backend), st.just(mode), multinode))
+    _assert_renders_admissibly(api_version, case)
+
+
+def _assert_renders_admissibly(api_version: str, case: tuple[dict[str, Any], bool]) -> None:
     obj, needs_override = case
     manifest = render_dgd(obj, namespace="wingsmith", api_version=api_version)
     again = render_dgd(copy.deepcopy(obj), namespace="wingsmith", api_version=api_version)
@@ -253,16 +324,24 @@ def _assert_follows_the_render_object(
     config = ServingConfig.model_validate(obj["serving"])
     views = _component_views(manifest)
     assert list(views) == ["frontend", *roles]
+    nodes = obj.get("nodes_per_worker", 1)
     for name, view in views.items():
         assert view["labels"][render.LABEL_SERVING_DIGEST] == obj["serving_digest"]
         assert view["labels"][render.LABEL_GENERATION] == str(obj["generation"])
         assert ("runtimeVersionOverride" in view["spec"]) is needs_override
+        if needs_override and config.runtime_release is not None:
+            assert view["spec"]["runtimeVersionOverride"] == config.runtime_release
+        if config.image is None:  # Dynamo's image, tagged with the release that runs it
+            assert render.image_tag(view["container"]["image"]) == config.release
         if name == "frontend":
             assert view["replicas"] == (1 if workers else 0)
             assert view["gpus"] is None
+            assert "multinode" not in view["spec"]
             continue
         assert view["replicas"] == workers
-        assert view["gpus"] == str(config.devices_per_worker)
+        # A worker wider than a node: nodeCount pods, each with an even share of its devices.
+        assert view["spec"].get("multinode") == ({"nodeCount": nodes} if nodes > 1 else None)
+        assert int(view["gpus"]) * nodes == config.devices_per_worker
         assert view["node_selector"] == {render.GPU_PRODUCT_LABEL: obj["device_class"]}
         assert view["container"]["command"] == [
             "python3",
@@ -271,14 +350,36 @@ def _assert_follows_the_render_object(
         ]
         args = view["container"]["args"]
         assert args[len(args) - len(obj["engine_args"]) :] == obj["engine_args"]
+        _assert_backend_needs(config, name, args[: len(args) - len(obj["engine_args"])])
     # Admission counted devices_per_replica per replica: the workers of one replica request it all.
-    assert sum(int(views[role]["gpus"]) for role in roles) == config.devices_per_replica
+    assert sum(int(views[role]["gpus"]) * nodes for role in roles) == config.devices_per_replica
     metadata = manifest["metadata"]
     assert metadata["annotations"] == {render.ANNOTATION_DEPLOYMENT_ID: obj["deployment_id"]}
     label = metadata["labels"][render.LABEL_DEPLOYMENT]
     assert label == obj["deployment_id"] or len(obj["deployment_id"]) > 63
     expected_name = (obj["adopted"] or {}).get("name", obj["workload_id"])
     assert metadata["name"] == expected_name
+
+
+def _assert_backend_needs(config: ServingConfig, role: str, rendered: list[str]) -> None:
+    """What a real cluster needs of each backend's worker, beyond passing admission."""
+    if config.backend is Backend.SGLANG and role != "worker":
+        assert flag(rendered, "--host") == "0.0.0.0"  # decode must reach prefill's bootstrap
+    if config.backend is Backend.VLLM and role != "worker":
+        if releases.vllm_disaggregation_mode(config.release):
+            assert flag(rendered, "--disaggregation-mode") == role
+        else:
+            assert ("--is-prefill-worker" in rendered) is (role == "prefill")
+    if config.backend is Backend.TRTLLM:
+        overrides = [a for a in rendered if a == "--override-engine-args"]
+        assert len(overrides) == int(engine_flags.renders_trtllm_override(config))
+        kv = config.kv_cache
+        if overrides and (kv.dtype or kv.block_size or kv.gpu_memory_utilization):
+            kv_config = json.loads(flag(rendered, "--override-engine-args"))["kv_cache_config"]
+            assert kv_config.get("dtype") == kv.dtype
+            assert kv_config.get("tokens_per_block") == kv.block_size
+            fraction = kv.gpu_memory_utilization
+            assert kv_config["free_gpu_memory_fraction"] == (0.9 if fraction is None else fraction)
 
 
 def _component_views(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -703,7 +804,13 @@ def test_trtllm_flags_and_engine_overrides() -> None:
     assert json.loads(flag(prefill, "--override-engine-args")) == {
         "cache_transceiver_config": {"backend": "DEFAULT"},
         "disable_overlap_scheduler": True,
-        "kv_cache_config": {"dtype": "fp8"},
+        # One override carries every KV-cache setting, so the memory fraction is not dropped
+        # and the block size reaches the engine.
+        "kv_cache_config": {
+            "dtype": "fp8",
+            "free_gpu_memory_fraction": 0.7,
+            "tokens_per_block": 64,
+        },
         "quant_config": {"quant_algo": "FP8"},
     }
     assert "disable_overlap_scheduler" not in json.loads(flag(decode, "--override-engine-args"))
@@ -781,12 +888,14 @@ def test_a_versioned_image_needs_no_override(image: str | None) -> None:
 
 
 def test_engine_args_come_last_so_they_win() -> None:
-    engine_args = ["--tensor-parallel-size", "4", "--enforce-eager"]
-    manifest = render_dgd(desired(engine_args=engine_args), namespace="wingsmith")
+    # A flag the renderer spells but may be tuned (a structural one is refused: below).
+    engine_args = ["--max-model-len", "4096", "--enforce-eager"]
+    obj = desired(serving(context_length=8192), engine_args=engine_args)
+    manifest = render_dgd(obj, namespace="wingsmith")
 
     args = args_of(manifest, "worker")
     assert args[-3:] == engine_args
-    assert args.index("--tensor-parallel-size") < len(args) - 3  # rendered earlier, overridden
+    assert args.index("--max-model-len") < len(args) - 3  # rendered earlier, overridden
 
 
 @pytest.mark.parametrize("api_version", [V1BETA1, V1ALPHA1])
@@ -929,3 +1038,222 @@ def test_long_engine_arguments_survive_yaml() -> None:
     template = "x " * 1000  # wider than any line: YAML may fold it, but must give it back whole
     text = render_yaml(desired(engine_args=["--chat-template", template]), namespace="wingsmith")
     assert args_of(yaml.safe_load(text), "worker")[-1] == template
+
+
+# --- runtime releases ------------------------------------------------------------------------
+
+# A render object stored before runtime releases existed renders exactly the manifest it did
+# then: sha256 (first 16 hex digits) of `render_yaml` as the renderer wrote it before
+# `runtime_release`, per (config change, API version).
+_LEGACY = {"engine_version": "1.3.0"}
+_BEFORE_RELEASES = [
+    ({}, "bba300aa2deb74c6", "e654b74343fbb25b"),
+    (
+        {"mode": "disaggregated", "devices_per_replica": 4, "engine_version": "0.4.1"},
+        "d0556e301f81e01c",
+        "80f51e46ed051146",
+    ),
+    (
+        {
+            "mode": "disaggregated",
+            "devices_per_replica": 4,
+            "kv_cache": {"dtype": "fp8", "block_size": 32},
+        },
+        "dd10fe7a0435fd49",
+        "6316b60c8917e3c3",
+    ),
+    (
+        {"backend": "sglang", "engine_version": "0.9.2", "quantization": "fp8"},
+        "70301a079cf9e857",
+        "ef43938a3de6f8e6",
+    ),
+    (
+        {"backend": "trtllm", "image": "registry.local/trtllm:latest", "engine_version": "1.0.0"},
+        "c324c4f4ebfa711d",
+        "4023a91385283dcd",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "beta", "alpha"), _BEFORE_RELEASES)
+def test_a_config_stored_before_runtime_releases_renders_as_it_did(
+    change: dict[str, Any], beta: str, alpha: str
+) -> None:
+    config = serving(**change)
+    assert "runtime_release" not in config  # as stored then
+    for api_version, expected in ((V1BETA1, beta), (V1ALPHA1, alpha)):
+        text = render_yaml(desired(config), namespace="wingsmith", api_version=api_version)
+        assert hashlib.sha256(text.encode()).hexdigest()[:16] == expected
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+@pytest.mark.parametrize("release", ["0.9.1", "1.0.1", "1.3.1"])
+def test_the_runtime_release_picks_the_image_and_the_engine_version(
+    backend: Backend, release: str
+) -> None:
+    config = ServingConfig.model_validate(
+        {"model": "Qwen/Qwen3-0.6B", "backend": backend, "runtime_release": release}
+        | {"devices_per_replica": 1}
+    )
+    manifest = render_dgd(desired(config.model_dump(mode="json")), namespace="wingsmith")
+
+    repository = {
+        "vllm": "vllm-runtime",
+        "sglang": "sglang-runtime",
+        "trtllm": "tensorrtllm-runtime",
+    }
+    for component in manifest["spec"]["components"]:
+        assert main_container(component)["image"] == (
+            f"nvcr.io/nvidia/ai-dynamo/{repository[backend.value]}:{release}"
+        )
+        assert "runtimeVersionOverride" not in component
+    assert config.engine_version == releases.RELEASES[release].engine_version(backend.value)
+    assert_admissible(manifest)
+
+
+@pytest.mark.parametrize(
+    ("release", "prefill_flags", "decode_flags"),
+    [
+        ("0.9.1", ["--is-prefill-worker"], []),
+        ("1.0.0", ["--disaggregation-mode", "prefill"], ["--disaggregation-mode", "decode"]),
+        ("1.3.1", ["--disaggregation-mode", "prefill"], ["--disaggregation-mode", "decode"]),
+    ],
+)
+def test_vllm_prefill_flags_follow_the_runtime_release_not_the_engine_version(
+    release: str, prefill_flags: list[str], decode_flags: list[str]
+) -> None:
+    config = serving(
+        engine_version=None, runtime_release=release, mode="disaggregated", devices_per_replica=4
+    )
+    manifest = render_dgd(desired(config, engine_args=[]), namespace="wingsmith")
+
+    for role, flags in (("prefill", prefill_flags), ("decode", decode_flags)):
+        args = args_of(manifest, role)
+        role_flags = [a for a in args if a in ("--is-prefill-worker", "--disaggregation-mode")]
+        assert role_flags == flags[:1]
+        if flags[1:]:
+            assert flag(args, "--disaggregation-mode") == role
+
+
+@pytest.mark.parametrize("api_version", [V1BETA1, V1ALPHA1])
+def test_an_own_image_without_a_version_tag_gets_the_release_as_override(api_version: str) -> None:
+    config = serving(
+        engine_version="0.16.0-custom", runtime_release="1.0.1", image="registry.local/vllm:team"
+    )
+    manifest = render_dgd(desired(config), namespace="wingsmith", api_version=api_version)
+
+    overrides = {
+        v["spec"].get("runtimeVersionOverride") for v in _component_views(manifest).values()
+    }
+    assert overrides == {"1.0.1"}
+    assert_admissible(manifest)
+
+
+# --- what each backend needs -----------------------------------------------------------------
+
+
+def test_disaggregated_sglang_workers_bind_to_all_interfaces() -> None:
+    config = serving(backend="sglang", mode="disaggregated", devices_per_replica=4)
+    manifest = render_dgd(desired(config), namespace="wingsmith")
+    for role in ("prefill", "decode"):
+        assert flag(args_of(manifest, role), "--host") == "0.0.0.0"
+    aggregated = render_dgd(desired(serving(backend="sglang")), namespace="wingsmith")
+    assert "--host" not in args_of(aggregated, "worker")
+
+
+@pytest.mark.parametrize(
+    ("kv_cache", "expected"),
+    [
+        ({"dtype": "fp8"}, {"dtype": "fp8", "free_gpu_memory_fraction": 0.9}),
+        ({"block_size": 16}, {"tokens_per_block": 16, "free_gpu_memory_fraction": 0.9}),
+        ({"gpu_memory_utilization": 0.6}, {"free_gpu_memory_fraction": 0.6}),
+        (
+            {"dtype": "fp8", "block_size": 64, "gpu_memory_utilization": 0.75},
+            {"dtype": "fp8", "tokens_per_block": 64, "free_gpu_memory_fraction": 0.75},
+        ),
+    ],
+)
+def test_trtllm_kv_cache_settings_go_into_one_override(
+    kv_cache: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    """The worker builds the engine's kv_cache_config from its memory fraction and lays the
+    override over it: the override carries every KV setting, the fraction included."""
+    config = serving(backend="trtllm", devices_per_replica=2, kv_cache=kv_cache)
+    args = args_of(render_dgd(desired(config), namespace="wingsmith"), "worker")
+
+    assert args.count("--override-engine-args") == 1
+    assert json.loads(flag(args, "--override-engine-args")) == {"kv_cache_config": expected}
+    if "block_size" in kv_cache:
+        assert flag(args, "--kv-block-size") == str(kv_cache["block_size"])  # for the router
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode", "engine_args", "named"),
+    [
+        ("vllm", "aggregated", ["--tensor-parallel-size", "4"], "--tensor-parallel-size"),
+        ("vllm", "aggregated", ["-tp=4"], "-tp"),
+        ("vllm", "aggregated", ["--model=other/model"], "--model"),
+        ("vllm", "disaggregated", ["--is-prefill-worker"], "--is-prefill-worker"),
+        ("vllm", "aggregated", ["--nnodes", "2"], "--nnodes"),
+        ("sglang", "aggregated", ["--tp", "8"], "--tp"),
+        ("sglang", "disaggregated", ["--host", "127.0.0.1"], "--host"),
+        ("sglang", "aggregated", ["--dist-init-addr", "x:1"], "--dist-init-addr"),
+        ("trtllm", "aggregated", ["--model-path", "x"], "--model-path"),
+        ("trtllm", "disaggregated", ["--override-engine-args", "{}"], "--override-engine-args"),
+        ("trtllm", "aggregated", ["--disaggregation-mode", "prefill"], "--disaggregation-mode"),
+    ],
+)
+def test_engine_args_that_fight_the_rendered_flags_are_refused(
+    backend: str, mode: str, engine_args: list[str], named: str
+) -> None:
+    devices = 2 if mode == "aggregated" else 4
+    config = serving(backend=backend, mode=mode, devices_per_replica=devices)
+    with pytest.raises(ValueError, match=rf"^engine_args: {re.escape(named)} conflicts"):
+        render_dgd(desired(config, engine_args=engine_args), namespace="wingsmith")
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode", "engine_args"),
+    [
+        ("sglang", "aggregated", ["--host", "0.0.0.0"]),  # binding is the user's when aggregated
+        ("trtllm", "aggregated", ["--override-engine-args", "{}"]),  # Wingsmith renders none
+        ("vllm", "aggregated", ["--max-num-seqs", "8", "--enforce-eager"]),
+    ],
+)
+def test_engine_args_that_fight_nothing_pass(
+    backend: str, mode: str, engine_args: list[str]
+) -> None:
+    config = serving(backend=backend, mode=mode)
+    args = args_of(
+        render_dgd(desired(config, engine_args=engine_args), namespace="wingsmith"), "worker"
+    )
+    assert args[-len(engine_args) :] == engine_args
+
+
+# --- multinode -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api_version", [V1BETA1, V1ALPHA1])
+def test_a_worker_wider_than_a_node_is_multinode(api_version: str) -> None:
+    config = serving(
+        backend="sglang", mode="disaggregated", devices_per_replica=16, parallelism={"tensor": 8}
+    )
+    obj = desired(config, nodes_per_worker=2, engine_args=[])
+    manifest = render_dgd(obj, namespace="wingsmith", api_version=api_version)
+
+    views = _component_views(manifest)
+    assert "multinode" not in views["frontend"]["spec"]
+    for role in ("prefill", "decode"):
+        assert views[role]["spec"]["multinode"] == {"nodeCount": 2}
+        assert views[role]["gpus"] == "4"  # 8 devices of the worker over 2 nodes
+        args = views[role]["container"]["args"]
+        assert flag(args, "--tp-size") == "8"  # the worker's whole width; Dynamo adds the rest
+        assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(args)
+    assert_admissible(manifest)
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_an_uneven_split_over_nodes_names_the_field(backend: Backend) -> None:
+    config = serving(backend=backend.value, devices_per_replica=2)
+    with pytest.raises(ValueError, match=r"^nodes_per_worker: 3 does not divide"):
+        render_dgd(desired(config, nodes_per_worker=3), namespace="wingsmith")
