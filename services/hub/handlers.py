@@ -50,7 +50,9 @@ def _require(repo: Repository, cls: type[A], key: str, field: str) -> A:
 
 
 def _check_engine_args(serving: ServingConfig, engine_args: Sequence[str]) -> None:
-    """Engine arguments that fight what the renderer spells from `serving` are refused."""
+    """Engine arguments that fight what the renderer spells from `serving` are refused. Not
+    for an adopted deployment: the operator never renders its graph, and rewrites its worker's
+    flags with engine_args whole (services/operator/plan.py), `--model` and all."""
     problems = engine_flags.conflicts(serving, engine_args)
     if problems:
         raise InvalidValue("; ".join(problems), field="engine_args", flags=problems)
@@ -207,7 +209,8 @@ def change_serving_config(
 ) -> dict[str, Any]:
     workload = _require(repo, Workload, cmd.workload_id, "workload_id")
     found = (repo.get(Deployment, key) for key in workload.deployments.values())
-    for args in (workload.engine_args, *(d.engine_args for d in found if d is not None)):
+    rendered = [d for d in found if d is not None and d.adopted is None]
+    for args in (workload.engine_args, *(d.engine_args for d in rendered)):
         _check_engine_args(cmd.serving, args)  # the new config may render what they set
     if workload.change_serving_config(cause, cmd.serving):
         for key in workload.deployments.values():
@@ -237,7 +240,8 @@ def disable_deployment(repo: Repository, cmd: c.DisableDeployment, cause: Cause)
 
 def set_engine_args(repo: Repository, cmd: c.SetEngineArgs, cause: Cause) -> dict[str, Any]:
     deployment = _require(repo, Deployment, cmd.deployment_id, "deployment_id")
-    _check_engine_args(deployment.serving, cmd.engine_args)
+    if deployment.adopted is None:  # an adopted graph's engine_args are its worker's whole argv
+        _check_engine_args(deployment.serving, cmd.engine_args)
     deployment.set_engine_args(cause, tuple(cmd.engine_args))
     return _deployment_result(deployment)
 

@@ -9,8 +9,11 @@ from pydantic import ValidationError
 
 from wingsmith.domain import commands as c
 from wingsmith.domain.base import InvalidValue
+from wingsmith.domain.deployment import Deployment
 
 from .test_delete import CHAT, fleet, run
+from .test_discover import ARGS, promote
+from .test_discover import fleet as discovered
 
 
 def test_create_refuses_a_flag_the_serving_config_renders() -> None:
@@ -55,3 +58,12 @@ def test_a_serving_change_that_would_render_a_set_flag_is_refused() -> None:
         workload_id="chat",
         serving=CHAT | {"backend": "sglang"},
     )
+
+
+def test_an_adopted_deployment_takes_its_workers_whole_argv() -> None:
+    """Setting engine_args to what an adopted worker runs (`--model` and all) clears drift:
+    its graph is never rendered, so nothing fights them."""
+    repo = discovered()
+    promote(repo)
+    run(repo, "deployment.set_engine_args", deployment_id="qwen--east", engine_args=ARGS)
+    assert repo.get(Deployment, "qwen--east").engine_args == tuple(ARGS)
