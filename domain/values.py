@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -170,11 +171,6 @@ class KvCache(Frozen):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
 
 
-def _engine_version_optional(schema: dict[str, Any]) -> None:
-    """engine_version may be left out when runtime_release says which one its image ships."""
-    schema["required"] = [r for r in schema.get("required", []) if r != "engine_version"]
-
-
 def _unset(value: object) -> bool:
     return value is None
 
@@ -200,21 +196,21 @@ class ServingConfig(Frozen):
     the release, and still is (`release`), so it renders and hashes as it always did.
     """
 
-    model_config = ConfigDict(json_schema_extra=_engine_version_optional)
-
     model: str = Field(min_length=1, max_length=256)
     backend: Backend
-    engine_version: str = Field(
-        min_length=1,
-        max_length=64,
-        description="The engine's version; defaults to the one runtime_release ships",
-    )
     # Added after configs were first stored: left out of dumps (and so of the digest) while
-    # unset, so every config stored before it dumps and hashes as it did.
+    # unset, so every config stored before it dumps and hashes as it did. Declared before
+    # engine_version, whose default it gives.
     runtime_release: RuntimeRelease | None = Field(
         default=None,
         description="The Dynamo runtime release: picks the image, module and flags",
         exclude_if=_unset,
+    )
+    engine_version: str = Field(
+        default="",
+        max_length=64,
+        validate_default=True,
+        description="The engine's version; defaults to the one runtime_release ships",
     )
     image: str | None = Field(default=None, min_length=1, max_length=512)
     mode: ServingMode = ServingMode.AGGREGATED
@@ -233,23 +229,25 @@ class ServingConfig(Frozen):
         """Needs that say nothing are no needs: one configuration, one form."""
         return None if pod == PodNeeds() else pod
 
-    @model_validator(mode="before")
+    @field_validator("engine_version", mode="before")
     @classmethod
-    def _engine_version_from_release(cls, data: Any) -> Any:
-        """No engine_version: the one the runtime release's image of the backend ships."""
-        if not isinstance(data, dict) or data.get("runtime_release") is None:
-            return data
-        if data.get("engine_version") is not None:
-            return data
-        release = releases.RELEASES.get(str(data["runtime_release"]))
+    def _no_engine_version(cls, version: object) -> object:
+        return "" if version is None else version  # null: as if left out
+
+    @field_validator("engine_version")
+    @classmethod
+    def _engine_version_from_release(cls, version: str, info: ValidationInfo) -> str:
+        """No engine_version: the one the runtime release's image of the backend ships. (A
+        field validator, not a model one: a model `before` validator would make the hub's
+        strict JSON parsing refuse every list given for a tuple.)"""
+        if version:
+            return version
+        if "runtime_release" not in info.data or "backend" not in info.data:
+            return "unknown"  # refused already: that is the one problem to report
+        release, backend = info.data["runtime_release"], info.data["backend"]
         if release is None:
-            # The field's own check refuses the release, with the known ones listed; it is the
-            # one problem to report, not a missing engine_version beside it.
-            return data | {"engine_version": "unknown"}
-        backend = data.get("backend")
-        if backend not in releases.RUNTIME_REPOSITORIES:
-            return data
-        return data | {"engine_version": release.engine_version(str(backend))}
+            raise ValueError("required when runtime_release is not given")
+        return releases.known(release).engine_version(backend.value)
 
     @model_validator(mode="after")
     def _engine_version_matches_release(self) -> ServingConfig:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -102,3 +104,21 @@ def test_the_schema_lists_the_releases_and_lets_the_engine_version_default() -> 
     assert "engine_version" not in schema["required"]
     enum = next(s["enum"] for s in schema["properties"]["runtime_release"]["anyOf"] if "enum" in s)
     assert enum == list(releases.RELEASES)
+
+
+def test_the_hubs_strict_json_parsing_takes_a_release_and_lists_for_tuples() -> None:
+    """As the hub parses a command: strict JSON, where arrays are the tuples' input."""
+    body = {
+        "model": "m",
+        "backend": "vllm",
+        "runtime_release": "1.0.1",
+        "devices_per_replica": 1,
+        "pod": {"secret_env": [{"name": "HF_TOKEN", "secret": "hf", "key": "token"}]},
+    }
+    config = ServingConfig.model_validate_json(json.dumps(body), strict=True)
+    assert config.engine_version == releases.known("1.0.1").engine_version("vllm")
+    assert config.pod is not None and config.pod.secret_env[0].name == "HF_TOKEN"
+    with pytest.raises(ValidationError, match="required when runtime_release is not given"):
+        ServingConfig.model_validate_json(
+            json.dumps({"model": "m", "backend": "vllm", "devices_per_replica": 1}), strict=True
+        )
