@@ -28,7 +28,10 @@ Obj = dict[str, Any]
 Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node"]
 DGD_GROUP = "nvidia.com"
 DGD_PLURAL = "dynamographdeployments"
+DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
+FIELD_MANAGER = "wingsmith"
 _RETRYING = tenacity.AsyncRetrying()  # only to give tenacity's wait strategy a call state
 
 
@@ -40,6 +43,14 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+    @property
+    def permanent(self) -> bool:
+        """Whether sending the same request again would get the same answer: a refusal of what
+        was sent (400 bad request, 403 forbidden, 404 no such namespace, 422 invalid: a
+        validating webhook or the schema). A conflict (409), a timeout (408), throttling
+        (429), a server error (5xx) or no answer at all (0) may pass on another try."""
+        return 400 <= self.status < 500 and self.status not in {408, 409, 429}
 
 
 class KubeNotFound(KubeError):
@@ -161,6 +172,50 @@ class Kube:
             patch,
             _content_type=MERGE_PATCH,
         )
+
+    async def apply_dgd(self, body: Obj, *, force: bool) -> Obj:
+        """Server-side apply as the `wingsmith` field manager: the object's fields in `body`
+        become Wingsmith's; fields Wingsmith owned and `body` no longer names are removed;
+        fields others own stay. Creates the object when it does not exist. `force` takes over
+        fields another manager owns instead of answering 409."""
+        meta = body["metadata"]
+        version = body.get("apiVersion", f"{DGD_GROUP}/v1beta1").rpartition("/")[2]
+        return await self._call(
+            self._custom.patch_namespaced_custom_object,
+            DGD_GROUP,
+            version,
+            meta["namespace"],
+            DGD_PLURAL,
+            meta["name"],
+            body,
+            field_manager=FIELD_MANAGER,
+            force=force,
+            _content_type=APPLY_PATCH,
+        )
+
+    async def scale_adapter(self, namespace: str, name: str, replicas: int, version: str) -> Obj:
+        """Set a DynamoGraphDeploymentScalingAdapter's replicas through its scale subresource,
+        the way an autoscaler does: only its controller may change a DGD component that has
+        `scalingAdapter`."""
+        return await self._call(
+            self._custom.patch_namespaced_custom_object_scale,
+            DGD_GROUP,
+            version,
+            namespace,
+            DGDSA_PLURAL,
+            name,
+            {"spec": {"replicas": replicas}},
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def serves(self, kind: Kind) -> bool:
+        """Whether the API server serves a kind (for DGDs: the CRD and that version)."""
+        try:
+            await self._call(self._lister(kind, None), limit=1)
+        except KubeNotFound:
+            return False
+        return True
 
     async def delete_dgd(self, namespace: str, name: str, version: str) -> bool:
         """False when it was already gone."""

@@ -29,6 +29,7 @@ from wingsmith.adapters import nats_bus
 from wingsmith.domain import names, subjects
 from wingsmith.domain.cluster import OperatorInfo
 from wingsmith.domain.contracts import reports
+from wingsmith.domain.deployment import ClusterPhase, DeploymentStatus, StatusCondition
 from wingsmith.domain.replica import SYNC_MAX_REPLICAS
 from wingsmith.services.tasks import Backoff, stop_all, supervise
 
@@ -42,6 +43,7 @@ RESTART = Backoff(first=1.0, cap=10.0, jitter=0.5)  # a part of the operator tha
 STOP_GIVE_UP = 30.0  # seconds the parts get to end before they are left behind
 SYNC_NOT_YET = 0.5  # seconds before asking again a backend that cannot tell the whole truth yet
 APPLY_AGAIN = 2.0  # seconds before a render object that could not be applied comes back
+APPLY_AGAIN_CAP = 60.0  # ... doubling with each failure in a row, up to this
 
 
 class Backend(Protocol):
@@ -213,10 +215,13 @@ async def _follow_desired(
 ) -> None:
     """Apply each deployment's render object in the order the hub decided it: a message that
     comes back after a newer one for the same deployment was applied is old news. One the
-    backend can never apply (it cannot be expressed) is logged and not tried again, and so is
-    one for another cluster, which is never handed to the backend. The first time a deployment
-    is applied, it is synced: a start heals what the last run left untold."""
+    backend can never apply (it cannot be expressed) is reported as a permanent failure and
+    not tried again, and one for another cluster is never handed to the backend. One that
+    failed otherwise comes back after a delay that doubles with each failure in a row. The
+    first time a deployment is applied, it is synced: a start heals what the last run left
+    untold."""
     applied: dict[str, int] = {}  # deployment id -> store position of the last one applied
+    failures: dict[str, int] = {}  # deployment id -> failures in a row
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
             if why := foreign_cluster(cluster_id, delivery.subject, delivery.data):
@@ -240,12 +245,40 @@ async def _follow_desired(
                 await backend.apply(deployment_id, desired)
             except ValueError as e:
                 log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
+                if desired is not None:
+                    await _report_unrenderable(report, cluster_id, deployment_id, str(e))
             except Exception as e:
                 log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
-                await delivery.retry(delay=APPLY_AGAIN)
+                failures[deployment_id] = failures.get(deployment_id, 0) + 1
+                delay = min(APPLY_AGAIN * 2 ** (failures[deployment_id] - 1), APPLY_AGAIN_CAP)
+                await delivery.retry(delay=delay)
                 continue
+            failures.pop(deployment_id, None)
             first = deployment_id not in applied
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))
             await delivery.ack()
             if first:
                 await _sync_one(report, backend, deployment_id)
+
+
+async def _report_unrenderable(
+    report: Report, cluster_id: str, deployment_id: str, message: str
+) -> None:
+    """A render object the backend cannot express: permanent, so the deployment fails with
+    why. (A backend that knows where it would have written reports that action itself.)"""
+    condition = StatusCondition.model_construct(
+        reason="Unrenderable", message=message[:1024], permanent=True, pods=0
+    )
+    status = DeploymentStatus.model_construct(
+        phase=ClusterPhase.FAILED,
+        reason="Unrenderable",
+        message=message[:4096],
+        ready_replicas=0,
+        desired_replicas=0,
+        conditions=(condition,),
+    )
+    await report(
+        reports.DeploymentReport.model_construct(
+            cluster_id=cluster_id, deployment_id=deployment_id, status=status
+        )
+    )

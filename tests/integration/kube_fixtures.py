@@ -3,16 +3,22 @@ at it, object builders, and helpers that change the emulated cluster and read it
 
 kmock stores objects and streams watch events, but it assigns no resourceVersions, ignores
 selectors and never answers 410; tests that need those script kmock's responses themselves.
+`DynamoEmulator` adds what a real API server with Dynamo's webhooks does to DGDs: server-side
+apply (each field manager's fields; fields a manager stops applying are removed) and the
+validating webhook's refusals of changes it forbids in place, answered 422 with a Status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
+import attrs
 import kmock
 import yaml
 
@@ -34,24 +40,196 @@ KIND_NAMES: dict[Kind, str] = {
 }
 
 
+APPLY_PATCH = "application/apply-patch+yaml"
+WEBHOOK = 'admission webhook "vdynamographdeployment.kb.io" denied the request'
+
+
 def resource(kind: Kind) -> kmock.resource:
     """kmock's filter for one kind, e.g. `emulator[kmock.action.WATCH, resource("pod")]`."""
     r = RESOURCES[kind]
     return kmock.resource(r.group, r.version, r.plural)
 
 
+@attrs.define(kw_only=True)
+class DynamoEmulator(kmock.KubernetesEmulator):
+    """kmock with server-side apply and Dynamo's validating webhook for DGDs. `max_name`: the
+    longest DGD name admitted (a real API server: 253)."""
+
+    max_name: int = 253
+    applied: dict[tuple[str, str, str, str], Obj] = attrs.field(factory=dict, init=False)
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        res = request.resource
+        if res is None or res.plural != "dynamographdeployments" or request.subresource:
+            return await super()._handle(request)
+        writes = request.method.value in {"POST", "PATCH", "PUT"}
+        if writes and (refusal := self._admit(request)) is not None:
+            return aiohttp.web.json_response(refusal, status=refusal["code"])
+        if request.method.value == "PATCH" and request.headers.get("Content-Type") == APPLY_PATCH:
+            return await self._apply(request)
+        return await super()._handle(request)
+
+    def _current(self, request: kmock.Request, name: str) -> Obj | None:
+        assert request.resource is not None
+        key = (request.resource, request.namespace, name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        return copy.deepcopy(dict(self._objects[key].raw))
+
+    def _admit(self, request: kmock.Request) -> Obj | None:
+        """What the API server and Dynamo's validating webhook refuse, as a 422 Status."""
+        body = request.data if isinstance(request.data, dict) else {}
+        name = request.name or (body.get("metadata") or {}).get("name") or ""
+        if len(name) > self.max_name:
+            return status_body(
+                422,
+                "Invalid",
+                f"DynamoGraphDeployment.nvidia.com {name!r} is invalid: metadata.name: Invalid "
+                f"value: must be no more than {self.max_name} characters",
+            )
+        current = self._current(request, name) if request.method.value != "POST" else None
+        if current is None:
+            return None
+        after = (
+            ssa(current, {}, body)
+            if request.headers.get("Content-Type") == APPLY_PATCH
+            else merge_patch(current, body)
+        )
+        if why := forbidden_change(current, after):
+            return status_body(422, "Forbidden", f"{WEBHOOK}: {why}")
+        return None
+
+    async def _apply(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """Server-side apply by `fieldManager`: creates the object when absent; otherwise what
+        the manager applied before and no longer applies goes, and the body is merged in."""
+        assert request.resource is not None and request.name is not None
+        manager = request.params.get("fieldManager", "")
+        key = (request.resource, request.namespace, request.name)
+        mine = (str(request.resource), request.namespace or "", request.name, manager)
+        async with self._lock:
+            current = self._current(request, request.name)
+            if current is None:
+                self._objects[key] = request.data
+                event = "ADDED"
+            else:
+                new = ssa(current, self.applied.get(mine, {}), request.data)
+                self._objects[key].clear()
+                self._objects[key].patch(new)
+                event = "MODIFIED"
+            self.applied[mine] = copy.deepcopy(request.data)
+            raw = dict(self._objects[key].raw)
+            await self._buses[request.resource].put({"type": event, "object": raw})
+        return aiohttp.web.json_response(raw, status=201 if event == "ADDED" else 200)
+
+
+def status_body(code: int, reason: str, message: str = "") -> Obj:
+    """A Kubernetes Status, as an API server answers an error."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _components(spec: Obj) -> dict[str, Obj]:
+    if isinstance(spec.get("components"), list):
+        return {str(c["name"]).lower(): c for c in spec["components"]}
+    return {str(n).lower(): c for n, c in (spec.get("services") or {}).items()}
+
+
+def forbidden_change(before: Obj, after: Obj) -> str | None:
+    """Dynamo's update rules: the set of components, backendFramework and single-node against
+    multinode are fixed once created."""
+    old, new = _components(before.get("spec") or {}), _components(after.get("spec") or {})
+    if set(old) != set(new):
+        return "spec.components: Forbidden: components cannot be added or removed after creation"
+    if (before.get("spec") or {}).get("backendFramework") != (after.get("spec") or {}).get(
+        "backendFramework"
+    ):
+        return "spec.backendFramework: Forbidden: field is immutable"
+    for name, c in new.items():
+        nodes = (c.get("multinode") or {}).get("nodeCount", 1) > 1
+        if nodes != ((old[name].get("multinode") or {}).get("nodeCount", 1) > 1):
+            return f"spec.components[{name}]: Forbidden: cannot switch single-node and multinode"
+    return None
+
+
+def _is_list_map(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
+
+
+def ssa(current: Obj, previous: Obj, body: Obj) -> Obj:
+    """Server-side apply, simplified: what `previous` (the manager's last apply) has and `body`
+    has not is removed, then `body` is merged in; lists of named items merge by name."""
+    merged: Obj = _merge(_prune(copy.deepcopy(current), previous, body), body)
+    return merged
+
+
+def _prune(current: Any, previous: Any, body: Any) -> Any:
+    if isinstance(current, dict) and isinstance(previous, dict):
+        body = body if isinstance(body, dict) else {}
+        for key, value in previous.items():
+            if key not in body:
+                current.pop(key, None)
+            elif key in current:
+                current[key] = _prune(current[key], value, body[key])
+        return current
+    if _is_list_map(current) and _is_list_map(previous):
+        wanted = {i["name"]: i for i in body} if _is_list_map(body) else {}
+        was = {i["name"]: i for i in previous}
+        return [
+            _prune(i, was[i["name"]], wanted[i["name"]]) if i["name"] in was else i
+            for i in current
+            if i["name"] in wanted or i["name"] not in was
+        ]
+    return current
+
+
+def _merge(current: Any, body: Any) -> Any:
+    if isinstance(current, dict) and isinstance(body, dict):
+        return {**current, **{k: _merge(current.get(k), v) for k, v in body.items()}}
+    if _is_list_map(current) and _is_list_map(body):
+        merged = {i["name"]: i for i in current}
+        for item in body:
+            merged[item["name"]] = _merge(merged.get(item["name"]), item)
+        return list(merged.values())
+    return copy.deepcopy(body)
+
+
+def merge_patch(current: Obj, patch: Obj) -> Obj:
+    """A JSON merge patch (RFC 7386)."""
+    merged = copy.deepcopy(current)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_patch(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 @contextlib.asynccontextmanager
 async def kube_emulator(
     kinds: Iterable[Kind] = tuple(RESOURCES), **kube_options: Any
-) -> AsyncIterator[tuple[kmock.KubernetesEmulator, kmock.Server, Kube]]:
-    """A kmock emulator serving `kinds` over HTTP and a connected `Kube`, with a short backoff
-    so that retries do not slow tests down (override with `backoff=(first, cap)`)."""
+) -> AsyncIterator[tuple[DynamoEmulator, kmock.Server, Kube]]:
+    """A kmock emulator serving `kinds` (and DGD scaling adapters where it serves DGDs) over
+    HTTP and a connected `Kube`, with a short backoff so that retries do not slow tests down
+    (override with `backoff=(first, cap)`)."""
     kube_options.setdefault("backoff", (0.01, 0.05))
-    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+    async with DynamoEmulator() as emulator, kmock.Server(emulator) as server:
         for kind in kinds:
             r = RESOURCES[kind]
             info = kmock.ResourceInfo(kind=KIND_NAMES[kind], namespaced=r.namespaced)
             emulator.resources[RESOURCE_KEYS[kind]] = info
+            if kind.startswith("dgd/"):
+                adapters = f"nvidia.com/{r.version}/dynamographdeploymentscalingadapters"
+                emulator.resources[adapters] = kmock.ResourceInfo(
+                    kind="DynamoGraphDeploymentScalingAdapter", namespaced=True
+                )
         async with Kube(host=str(server.url), **kube_options) as kube:
             yield emulator, server, kube
 

@@ -365,3 +365,76 @@ def test_the_informers_wait_doubles_up_to_the_cap_with_at_most_half_a_first_dela
     for failures, plain in [(0, 0.2), (1, 0.2), (2, 0.4), (3, 0.8), (6, 5.0), (60, 5.0)]:
         for _ in range(20):
             assert plain <= kube._delay(failures) <= min(5.0, plain + 0.1)
+
+
+# --- server-side apply, refusals, scaling adapters, served versions ------------------------
+
+
+async def test_server_side_apply_creates_then_removes_what_it_stops_applying() -> None:
+    async with kube_emulator() as (emulator, _, kube):
+        body = dgd("llama", labels={"a": "1", "b": "2"})
+        created = await kube.apply_dgd(body, force=True)
+        assert created["metadata"]["labels"] == {"a": "1", "b": "2"}
+        # another manager's field
+        await cluster_patch(emulator, DGD, body, {"metadata": {"labels": {"theirs": "x"}}})
+        again = dgd("llama", labels={"a": "1"})
+        applied = await kube.apply_dgd(again, force=True)
+        assert applied["metadata"]["labels"] == {"a": "1", "theirs": "x"}
+
+        first, second = requests(emulator, UPDATE, DGD)
+        for sent in (first, second):
+            assert sent.headers["Content-Type"] == "application/apply-patch+yaml"
+            assert (sent.params["fieldManager"], sent.params["force"]) == ("wingsmith", "true")
+
+
+async def test_a_webhook_refusal_is_a_permanent_error_with_the_servers_message() -> None:
+    async with kube_emulator() as (_, _, kube):
+        spec = {"backendFramework": "vllm", "components": [{"name": "w", "type": "worker"}]}
+        await kube.apply_dgd(dgd("llama", spec=spec), force=True)
+        changed = {"backendFramework": "sglang", "components": [{"name": "w", "type": "worker"}]}
+        with pytest.raises(KubeError) as refused:
+            await kube.apply_dgd(dgd("llama", spec=changed), force=True)
+        assert refused.value.status == 422 and refused.value.permanent
+        assert "backendFramework: Forbidden" in refused.value.message
+        assert "denied the request" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("status", "permanent"),
+    [
+        (400, True),
+        (403, True),
+        (404, True),
+        (422, True),
+        (408, False),
+        (409, False),
+        (429, False),
+        (500, False),
+        (503, False),
+        (0, False),
+    ],
+)
+def test_which_errors_are_permanent(status: int, permanent: bool) -> None:
+    assert KubeError(status, "X").permanent is permanent
+
+
+async def test_a_scaling_adapter_is_scaled_through_its_scale_subresource() -> None:
+    async with kube_emulator() as (emulator, _, kube):
+        adapter = {
+            "apiVersion": "nvidia.com/v1beta1",
+            "kind": "DynamoGraphDeploymentScalingAdapter",
+            "metadata": {"name": "qwen-worker", "namespace": NAMESPACE},
+            "spec": {"replicas": 1, "dgdRef": {"name": "qwen", "componentName": "Worker"}},
+        }
+        path = f"/apis/nvidia.com/v1beta1/namespaces/{NAMESPACE}/"
+        async with emulator.post(path + "dynamographdeploymentscalingadapters", json=adapter):
+            pass
+        await kube.scale_adapter(NAMESPACE, "qwen-worker", 4, "v1beta1")
+        [sent] = [r for r in emulator if r.method.value == "PATCH"]
+        assert sent.subresource == "scale" and sent.data == {"spec": {"replicas": 4}}
+
+
+async def test_which_dgd_versions_are_served() -> None:
+    async with kube_emulator(kinds=["dgd/v1alpha1", "pod", "node"]) as (_, _, kube):
+        assert await kube.serves("dgd/v1alpha1")
+        assert not await kube.serves("dgd/v1beta1")

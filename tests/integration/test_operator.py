@@ -149,13 +149,16 @@ async def test_create_scale_rollout_and_removal(client: Client) -> None:
         assert created is not None and workers(created)["replicas"] == 2
         labels = created["metadata"]["labels"]
         assert labels[LABEL_SERVING_DIGEST] == "svg_00000000000000a1"
-        assert len(requests(cluster.emulator, kmock.action.CREATE, DGD)) == 1
+        # created by server-side apply, as every later write is
+        assert len(requests(cluster.emulator, kmock.action.UPDATE, DGD)) == 1
 
         await cluster.render(desired(replicas=3))
         await cluster.until_dgd(lambda d: d is not None and workers(d)["replicas"] == 3, "scale")
-        patches = requests(cluster.emulator, kmock.action.UPDATE, DGD)
-        assert patches and all(
-            r.headers["Content-Type"] == "application/merge-patch+json" for r in patches
+        applies = requests(cluster.emulator, kmock.action.UPDATE, DGD)
+        assert len(applies) == 2 and all(
+            (r.headers["Content-Type"], r.params["fieldManager"], r.params["force"])
+            == ("application/apply-patch+yaml", "wingsmith", "true")
+            for r in applies
         )
 
         rollout = desired(replicas=3, generation=2, serving_digest="svg_00000000000000b2")
@@ -167,15 +170,15 @@ async def test_create_scale_rollout_and_removal(client: Client) -> None:
             ),
             "the rollout",
         )
-        assert len(requests(cluster.emulator, kmock.action.CREATE, DGD)) == 1  # patched, not made
+        assert len(requests(cluster.emulator, kmock.action.UPDATE, DGD)) == 3  # applied again
 
         await cluster.render(None)
         await cluster.until_dgd(lambda d: d is None, "the DGD to be deleted")
         performed = await cluster.reported("action")
         assert [(a["verb"], a["performed"]) for a in performed] == [
             ("create", True),
-            ("patch", True),
-            ("patch", True),
+            ("apply", True),
+            ("apply", True),
             ("delete", True),
         ]
 
@@ -193,7 +196,7 @@ async def test_an_unchanged_render_writes_nothing_again(client: Client) -> None:
             return await cluster.kube.get_dgd(NAMESPACE, "qwen") is not None
 
         await wait_for(other_created, 15, "the second deployment's DGD")
-        assert [r.method.value for r in write_requests(cluster.emulator)] == ["POST", "POST"]
+        assert [r.method.value for r in write_requests(cluster.emulator)] == ["PATCH", "PATCH"]
 
 
 async def test_an_observed_deployment_is_never_written_to(client: Client) -> None:
@@ -220,7 +223,7 @@ async def test_read_only_writes_nothing_yet_keeps_desired_state_and_observes(
         await cluster_create(cluster.emulator, DGD, drifted)
         await cluster.render(desired())
         await cluster.until_reported(
-            "action", lambda r: (r["verb"], r["performed"]) == ("patch", False), "a would-patch"
+            "action", lambda r: (r["verb"], r["performed"]) == ("apply", False), "a would-apply"
         )
         assert cluster.backend.desired["llama--east"]["replicas"] == 2  # kept
         await cluster.until_reported(
@@ -307,7 +310,8 @@ async def test_a_rendered_dgd_changed_or_deleted_by_someone_is_put_back(client: 
         await cluster.until_dgd(lambda d: d is not None and workers(d)["replicas"] == 2, "undo")
         await cluster_delete(cluster.emulator, DGD, rendered)
         await cluster.until_dgd(lambda d: d is not None, "the DGD to be recreated")
-        assert len(requests(cluster.emulator, kmock.action.CREATE, DGD)) == 2
+        created = [a for a in await cluster.reported("action") if a["verb"] == "create"]
+        assert len(created) == 2
 
 
 async def test_v1alpha1_clusters_get_a_v1alpha1_dgd(client: Client) -> None:

@@ -4,6 +4,14 @@ Reconciling is two steps: `plan.plan` (pure) compares a deployment's render obje
 DynamoGraphDeployment the cluster holds and says what to write; `KubeBackend.execute` is the
 one place that writes. For an observed deployment, or in read-only mode, it writes nothing and
 reports what it would have done instead, so the zero-write guarantee has a single choke point.
+Writes go to the DGD version the cluster serves (v1beta1, else v1alpha1).
+
+Failures are told as they are. The API server refusing a write (a 4xx: the webhook, the schema,
+RBAC), a same-named DGD Wingsmith did not render, or a render it cannot express is permanent:
+the deployment's status says `failed` with the server's message, the action is reported as not
+performed, and the same render is not written again until it changes (or, at a change of its
+DGD, after a backoff of a minute doubling up to an hour). An API server that cannot be reached
+or answers 5xx is transient: a condition on the status, and the render is retried with backoff.
 
 Observing follows DynamoGraphDeployments (in the version it renders), pods and nodes through
 informers (list, then watch; reconnects and `410 Gone` relists are the adapter's) and reports:
@@ -23,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -42,7 +52,12 @@ from wingsmith.domain.contracts.reports import (
     SyncedReplica,
     SyncReport,
 )
-from wingsmith.domain.deployment import Authority, ClusterPhase, DeploymentStatus
+from wingsmith.domain.deployment import (
+    MAX_CONDITIONS,
+    Authority,
+    ClusterPhase,
+    StatusCondition,
+)
 from wingsmith.domain.discovery import WORKER_ROLES, DiscoveredComponent, Sighting
 from wingsmith.domain.pods import PodNeeds
 from wingsmith.services.operator.dgd import (
@@ -54,9 +69,10 @@ from wingsmith.services.operator.dgd import (
     deployment_label,
 )
 from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
-from wingsmith.services.operator.plan import Action, Obj, components, plan, role
+from wingsmith.services.operator.plan import Action, Obj, plan
 from wingsmith.services.operator.pods import with_defaults
 from wingsmith.services.operator.runtime import Report as Send
+from wingsmith.services.operator.status import deployment_status
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +81,18 @@ TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
-STATES = {
-    "successful": ClusterPhase.READY,
-    "failed": ClusterPhase.FAILED,
-    "pending": ClusterPhase.PENDING,
-}
+V1BETA1, V1ALPHA1 = "nvidia.com/v1beta1", "nvidia.com/v1alpha1"
+REFUSED_AGAIN = (60.0, 3600.0)  # seconds before a refused render is tried again: first, cap
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The render the cluster refused (its digest), why, and when it may be tried again."""
+
+    render: str
+    condition: StatusCondition
+    retry_at: float
+    attempts: int
 
 
 class KubeBackend:
@@ -99,6 +122,9 @@ class KubeBackend:
         self._by_adopted: dict[tuple[str, str], str] = {}
         self._live: dict[str, dict[tuple[str, str], str]] = {}  # deployment -> pod -> digest
         self._pods_seen = 0  # the highest pod resourceVersion seen: what a sync is as of
+        self._served: str | None = None  # the DGD API version writes go to, once known
+        self._refused: dict[str, Refusal] = {}  # permanent: the render is not written again
+        self._trouble: dict[str, StatusCondition] = {}  # transient: the last write failed
 
     # -- render object -------------------------------------------------------------------
 
@@ -122,17 +148,90 @@ class KubeBackend:
     async def _apply(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         previous = self.desired.get(deployment_id)
         self._index(deployment_id, desired)
+        refusal = self._refused.get(deployment_id)
+        if refusal is not None:
+            if refusal.render == _render_key(desired) and time.monotonic() < refusal.retry_at:
+                return  # refused as it is: not sent again every time something moves
+            if refusal.render != _render_key(desired):
+                self._refused.pop(deployment_id)  # a new render: a new try
         for _ in range(3):  # a conflict means someone wrote meanwhile: look again
-            action = await self._plan(deployment_id, desired, previous)
+            try:
+                action = await self._plan(deployment_id, desired, previous)
+            except ValueError as e:  # a render the operator cannot express
+                await self._refuse(deployment_id, desired, None, "Unrenderable", str(e))
+                return
+            if action.refused:
+                await self._refuse(deployment_id, desired, action, "Foreign", action.why)
+                return
             try:
                 await self.execute(deployment_id, desired, action)
-                self.applied[deployment_id] = desired
-                if previous is None:  # new here: what was seen of it before can be told now
-                    await self._resync(deployment_id)
-                return
             except KubeConflict:
                 continue
+            except KubeError as e:
+                if e.permanent:
+                    await self._refuse(deployment_id, desired, action, _refusal(e), _text(e))
+                    return
+                await self._troubled(deployment_id, e)
+                raise
+            self.applied[deployment_id] = desired
+            await self._cleared(deployment_id)
+            if previous is None:  # new here: what was seen of it before can be told now
+                await self._resync(deployment_id)
+            return
         raise RuntimeError(f"{deployment_id}: the DynamoGraphDeployment keeps changing")
+
+    async def _refuse(
+        self,
+        deployment_id: str,
+        desired: Mapping[str, Any] | None,
+        action: Action | None,
+        reason: str,
+        message: str,
+    ) -> None:
+        """A permanent failure: the action reported not performed, with why, and the status
+        `failed` with a permanent condition; the same render waits for a long backoff."""
+        attempts = (
+            (self._refused[deployment_id].attempts + 1) if deployment_id in self._refused else 0
+        )
+        first, cap = REFUSED_AGAIN
+        condition = StatusCondition.model_construct(
+            reason=reason, message=message[:1024] or reason, permanent=True, pods=0
+        )
+        self._refused[deployment_id] = Refusal(
+            _render_key(desired),
+            condition,
+            time.monotonic() + min(first * 2**attempts, cap),
+            attempts,
+        )
+        log.error("%s: refused: %s: %s", deployment_id, reason, message)
+        name = (desired or {}).get("workload_id") or deployment_id.rsplit("--", 1)[0]
+        report = ActionReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            verb=(action.verb if action is not None and action.verb else "apply"),
+            namespace=action.namespace if action is not None else self.namespace,
+            name=action.name if action is not None else name,
+            performed=False,
+            reason=f"refused ({reason}): {message}"[:256],
+        )
+        await self._send(f"refused:{deployment_id}", report)
+        await self._report_status(deployment_id)
+
+    async def _troubled(self, deployment_id: str, e: KubeError) -> None:
+        """A transient failure to write: a condition on the status; the write is retried."""
+        reason = e.reason if e.reason and e.reason[0].isalpha() else "ApiServerError"
+        self._trouble[deployment_id] = StatusCondition.model_construct(
+            reason=reason.replace(" ", "")[:64], message=_text(e)[:1024], permanent=False, pods=0
+        )
+        await self._report_status(deployment_id)
+
+    async def _cleared(self, deployment_id: str) -> None:
+        """Written: a refusal or a failed write before is over."""
+        refused = self._refused.pop(deployment_id, None)
+        troubled = self._trouble.pop(deployment_id, None)
+        self._reported.pop(f"refused:{deployment_id}", None)
+        if refused is not None or troubled is not None:
+            await self._report_status(deployment_id)
 
     def _index(self, deployment_id: str, desired: Mapping[str, Any] | None) -> None:
         """Keep the render object, and which pods and DGDs belong to it."""
@@ -164,16 +263,31 @@ class KubeBackend:
             "namespace": self.namespace,
             "name": source["workload_id"],
         }
-        version = self.api_version.split("/")[1]
-        current = await self.kube.get_dgd(ref["namespace"], ref["name"], version)
+        api_version = await self.served_version()
+        current = await self.kube.get_dgd(ref["namespace"], ref["name"], api_version.split("/")[1])
         return plan(
             deployment_id,
             desired,
             current,
             namespace=self.namespace,
-            api_version=self.api_version,
+            api_version=api_version,
             previous=previous,
         )
+
+    async def served_version(self) -> str:
+        """The DGD API version to write: the one configured when the cluster serves it, else
+        the other one it serves (a Dynamo older than v1beta1 serves only v1alpha1)."""
+        if self._served is None:
+            other = V1ALPHA1 if self.api_version == V1BETA1 else V1BETA1
+            for candidate in (self.api_version, other):
+                if await self.kube.serves(_kind(candidate)):
+                    self._served = candidate
+                    break
+            else:
+                return self.api_version  # no DGDs at all yet: writing will say so
+            if self._served != self.api_version:
+                log.warning("the cluster does not serve %s: writing %s", self.api_version, other)
+        return self._served
 
     async def execute(
         self, deployment_id: str, desired: Mapping[str, Any] | None, action: Action
@@ -211,20 +325,23 @@ class KubeBackend:
             await self._send(f"would:{deployment_id}", report)
 
     async def _write(self, action: Action) -> None:
-        if action.verb == "create":
-            assert action.body is not None
-            await self.kube.create_dgd(action.body)
-        elif action.verb == "patch":
-            assert action.body is not None
-            await self.kube.patch_dgd(action.namespace, action.name, action.body, action.version)
-        else:
+        """Server-side apply, forced on a DGD Wingsmith renders (it is its only author, see
+        `plan`); deleting first for a replacement."""
+        if action.verb == "delete":
             await self.kube.delete_dgd(action.namespace, action.name, action.version)
+            return
+        if action.verb == "replace":
+            await self.kube.delete_dgd(action.namespace, action.name, action.version)
+        if action.body is not None:
+            await self.kube.apply_dgd(action.body, force=True)
+        for adapter, replicas in action.scales:
+            await self.kube.scale_adapter(action.namespace, adapter, replicas, action.version)
 
     # -- observing -----------------------------------------------------------------------
 
     async def observe(self, report: Send) -> None:
         self._report = report
-        dgds: Kind = "dgd/v1beta1" if self.api_version.endswith("v1beta1") else "dgd/v1alpha1"
+        dgds = _kind(self.api_version)
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._follow_dgds(dgds), name="dgd")
             tasks.create_task(self._follow("pod", "pod"), name="pod")
@@ -236,11 +353,12 @@ class KubeBackend:
         try:
             await self._follow(kind, "dgd")
         except KindNotServed:
-            if kind == "dgd/v1alpha1":
+            other: Kind = "dgd/v1alpha1" if kind == "dgd/v1beta1" else "dgd/v1beta1"
+            if kind != _kind(self.api_version):
                 log.error("this cluster serves no DynamoGraphDeployments: is Dynamo installed?")
                 return
-            log.warning("this cluster does not serve DGD v1beta1: watching v1alpha1")
-            await self._follow_dgds("dgd/v1alpha1")
+            log.warning("this cluster does not serve DGD %s: watching %s", kind, other)
+            await self._follow_dgds(other)
 
     async def _follow(self, kind: Kind, cache: str) -> None:
         """Mirror one kind into its cache. An informer started again (after a failure) begins
@@ -272,6 +390,8 @@ class KubeBackend:
                 await self._restore(deployment_id)
         elif cache == "pod":
             await self._on_pod(obj, gone)
+            if (deployment_id := self._deployment_of_pod(obj)) is not None:
+                await self._report_status(deployment_id)
         elif "node" in self._synced:
             await self._report_inventory()
 
@@ -286,19 +406,49 @@ class KubeBackend:
                 await self._on_pod(pod, gone=False)
 
     async def _on_dgd(self, dgd: Obj, gone: bool) -> None:
-        meta = dgd.get("metadata", {})
         deployment_id = self._deployment_of_dgd(dgd)
         if not is_rendered_by_wingsmith(dgd):
             await self._report_discovery(dgd, gone)
         if deployment_id is not None and not gone:
-            status = _status(dgd, self.desired.get(deployment_id))
-            report = DeploymentReport.model_construct(
-                cluster_id=self.cluster_id,
-                deployment_id=deployment_id,
-                status=status,
-                version=_version(meta),
+            await self._report_status(deployment_id, dgd)
+
+    async def _report_status(self, deployment_id: str, dgd: Obj | None = None) -> None:
+        """The deployment's status from its DGD and pods, with what the operator knows besides:
+        a refusal (then `failed`), a write that failed (a condition). Nothing while there is
+        neither a DGD nor anything to tell."""
+        dgd = dgd if dgd is not None else self._dgd_of(deployment_id)
+        refusal, trouble = self._refused.get(deployment_id), self._trouble.get(deployment_id)
+        if dgd is None and refusal is None and trouble is None:
+            return
+        desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
+        pods = [p for p in self._cache["pod"].values() if self._owner_of_pod(p) == deployment_id]
+        extra = [trouble] if trouble is not None else []
+        status = deployment_status(dgd or {}, pods, desired.get("replicas"), extra)
+        if dgd is None:
+            status = status.model_copy(update={"phase": ClusterPhase.PENDING})
+        if refusal is not None:
+            conditions = (refusal.condition, *status.conditions)[:MAX_CONDITIONS]
+            status = status.model_copy(
+                update={
+                    "phase": ClusterPhase.FAILED,
+                    "reason": refusal.condition.reason,
+                    "message": refusal.condition.message,
+                    "conditions": conditions,
+                }
             )
-            await self._send(f"deployment:{deployment_id}", report)
+        report = DeploymentReport.model_construct(
+            cluster_id=self.cluster_id,
+            deployment_id=deployment_id,
+            status=status,
+            version=_version((dgd or {}).get("metadata", {})),
+        )
+        await self._send(f"deployment:{deployment_id}", report)
+
+    def _dgd_of(self, deployment_id: str) -> Obj | None:
+        return next(
+            (d for d in self._cache["dgd"].values() if self._deployment_of_dgd(d) == deployment_id),
+            None,
+        )
 
     async def _report_discovery(self, dgd: Obj, gone: bool) -> None:
         meta = dgd["metadata"]
@@ -528,30 +678,18 @@ def _quantity(value: Any) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _status(dgd: Obj, desired: Mapping[str, Any] | None) -> DeploymentStatus:
-    """The cluster's status of a deployment, from the DGD's."""
-    status = dgd.get("status") or {}
-    ready_condition: Obj = next(
-        (c for c in status.get("conditions") or () if c.get("type") == "Ready"), {}
-    )
-    per_component = status.get("components") or status.get("services") or {}
-    workers = [
-        c for name, c in per_component.items() if isinstance(c, dict) and _worker_name(dgd, name)
-    ]
-    ready = min((int(c.get("readyReplicas") or 0) for c in workers), default=0)
-    wanted = (desired or {}).get("replicas")
-    if wanted is None:
-        wanted = max((int(c.get("replicas") or 0) for c in workers), default=0)
-    unknown = ClusterPhase.PROGRESSING if status else ClusterPhase.UNKNOWN
-    return DeploymentStatus.model_construct(
-        phase=STATES.get(str(status.get("state")), unknown),
-        reason=ready_condition.get("reason") or None,
-        message=ready_condition.get("message") or None,
-        ready_replicas=ready,
-        desired_replicas=wanted,
-    )
+def _kind(api_version: str) -> Kind:
+    return "dgd/v1alpha1" if api_version.endswith("v1alpha1") else "dgd/v1beta1"
 
 
-def _worker_name(dgd: Obj, name: str) -> bool:
-    component = components(dgd.get("spec") or {}).get(name)
-    return component is not None and role(component) in WORKER_ROLES
+def _render_key(desired: Mapping[str, Any] | None) -> str:
+    return hashlib.sha256(orjson.dumps(desired, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _refusal(e: KubeError) -> str:
+    """The condition's reason for an API server's refusal."""
+    return {403: "Forbidden", 404: "NotFound"}.get(e.status, "Rejected")
+
+
+def _text(e: KubeError) -> str:
+    return e.message or f"{e.status} {e.reason}"

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.integration.kube_fixtures import ssa
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import render_dgd
 from wingsmith.services.operator.inspect import inspect_dgd, load_manifest
-from wingsmith.services.operator.plan import plan
+from wingsmith.services.operator.plan import APPLIED_ANNOTATION, FOREIGN, plan, stamped
 
 NS = "wingsmith"
 SERVING = {
@@ -71,12 +72,12 @@ def test_no_dgd_is_created_and_a_rendered_one_with_defaults_added_is_up_to_date(
     assert (action.verb, action.why) == (None, "up to date")
 
 
-def test_a_changed_render_is_patched_and_a_removal_deletes_only_what_we_rendered() -> None:
+def test_a_changed_render_is_applied_and_a_removal_deletes_only_what_we_rendered() -> None:
     current = render_dgd(desired(), namespace=NS)
     action = plan(
         "chat--east", desired(replicas=3), current, namespace=NS, api_version="nvidia.com/v1beta1"
     )
-    assert action.verb == "patch" and action.body is not None
+    assert action.verb == "apply" and action.body is not None
     assert action.body["spec"] == render_dgd(desired(replicas=3), namespace=NS)["spec"]
     gone = plan(
         "chat--east",
@@ -112,9 +113,9 @@ def test_an_adopted_dgd_only_ever_gets_its_workers_rescaled() -> None:
         namespace=NS,
         api_version="nvidia.com/v1beta1",
     )
-    assert scaled.verb == "patch" and scaled.body is not None
-    components = scaled.body["spec"]["components"]
-    assert components == adopted_dgd(3)["spec"]["components"]  # nothing else changes
+    assert scaled.verb == "apply" and scaled.body is not None
+    # an apply names only what the plane declares: the other fields stay as their owners set them
+    assert scaled.body["spec"] == {"components": [{"name": "Worker", "replicas": 3}]}
 
 
 class FakeKube:
@@ -134,6 +135,17 @@ class FakeKube:
     async def patch_dgd(self, namespace: str, name: str, patch: Any, version: str) -> Any:
         self.writes.append(("patch", patch))
         return patch
+
+    async def apply_dgd(self, body: dict[str, Any], *, force: bool) -> dict[str, Any]:
+        self.writes.append(("apply", body))
+        return body
+
+    async def scale_adapter(self, namespace: str, name: str, replicas: int, version: str) -> Any:
+        self.writes.append(("scale", (name, replicas)))
+        return {}
+
+    async def serves(self, kind: str) -> bool:
+        return True
 
     async def delete_dgd(self, namespace: str, name: str, version: str) -> bool:
         self.writes.append(("delete", name))
@@ -218,14 +230,11 @@ def test_an_adopted_worker_gets_engine_args_only_when_they_differ_from_what_it_r
         namespace=NS,
         api_version="nvidia.com/v1beta1",
     )
-    assert changed.verb == "patch" and changed.body is not None
-    worker = changed.body["spec"]["components"][1]
-    main = worker["podTemplate"]["spec"]["containers"][0]
-    assert (main["command"], main["args"], main["image"]) == (
-        ["python3", "-m", "dynamo.vllm"],
-        more,
-        IMAGE,
-    )
+    assert changed.verb == "apply" and changed.body is not None
+    [worker] = changed.body["spec"]["components"]
+    [main] = worker["podTemplate"]["spec"]["containers"]
+    # the image stays the manifest's own: the apply names only the command line
+    assert main == {"name": "main", "command": ["python3", "-m", "dynamo.vllm"], "args": more}
 
 
 def test_a_shell_command_line_is_never_rewritten() -> None:
@@ -276,18 +285,13 @@ def test_managing_an_adopted_dgd_as_it_runs_writes_nothing(fixture: str) -> None
             namespace=NS,
             api_version="nvidia.com/v1beta1",
         )
-        assert scaled.verb == "patch" and scaled.why == "workers rescaled"
-
-
-def apply_patch(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """A JSON merge patch (RFC 7386), as the API server applies it."""
-    merged = copy.deepcopy(current)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = apply_patch(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+        assert scaled.why == "workers rescaled"
+        # workers with a scaling adapter are scaled through it; the rest by an apply
+        assert scaled.verb == ("apply" if scaled.body is not None else "patch")
+        spec = current["spec"]
+        listed = spec.get("components") or list((spec.get("services") or {}).values())
+        adapted = [c for c in listed if "scalingAdapter" in c]
+        assert len(scaled.scales) == len(adapted)
 
 
 def test_scaling_an_adopted_disaggregated_graph_down_to_zero_and_back_keeps_its_proportions() -> (
@@ -314,6 +318,47 @@ def test_scaling_an_adopted_disaggregated_graph_down_to_zero_and_back_keeps_its_
             namespace=NS,
             api_version="nvidia.com/v1beta1",
         )
-        assert action.verb == "patch" and action.body is not None
-        current = apply_patch(current, action.body)
+        assert action.verb == "apply" and action.body is not None
+        current = ssa(current, {}, action.body)
     assert workers(current) == adopted
+
+
+V1BETA1 = "nvidia.com/v1beta1"
+
+
+def test_a_same_named_dgd_wingsmith_did_not_render_is_refused_not_taken_over() -> None:
+    theirs = render_dgd(desired(), namespace=NS)
+    del theirs["metadata"]["labels"]["wingsmith.dev/managed-by"]
+    action = plan("chat--east", desired(), theirs, namespace=NS, api_version=V1BETA1)
+    assert (action.verb, action.refused, action.why) == (None, True, FOREIGN)
+    other = render_dgd(desired(), namespace=NS)
+    other["metadata"]["annotations"]["wingsmith.dev/deployment-id"] = "chat--west"
+    assert plan("chat--east", desired(), other, namespace=NS, api_version=V1BETA1).refused
+
+
+def test_what_the_webhook_forbids_in_place_is_a_replacement() -> None:
+    current = stamped(render_dgd(desired(), namespace=NS))
+    disagg = desired(serving=SERVING | {"mode": "disaggregated", "devices_per_replica": 4})
+    replaced = plan("chat--east", disagg, current, namespace=NS, api_version=V1BETA1)
+    assert (replaced.verb, replaced.why) == ("replace", "its set of components changes")
+    sglang = desired(serving=SERVING | {"backend": "sglang"})
+    action = plan("chat--east", sglang, current, namespace=NS, api_version=V1BETA1)
+    assert (action.verb, action.why) == ("replace", "its backendFramework changes")
+
+
+def test_a_dgd_applied_from_another_render_is_applied_again_even_when_it_covers_it() -> None:
+    """Server-side apply removes what the new render no longer has: the digest tells."""
+    current = stamped(render_dgd(desired(), namespace=NS))
+    same = plan("chat--east", desired(), current, namespace=NS, api_version=V1BETA1)
+    assert same.verb is None
+    current["metadata"]["annotations"][APPLIED_ANNOTATION] = "0000000000000000"
+    again = plan("chat--east", desired(), current, namespace=NS, api_version=V1BETA1)
+    assert again.verb == "apply"
+
+
+def test_an_adopted_worker_with_a_scaling_adapter_is_scaled_through_it() -> None:
+    ref = {"namespace": "serving", "name": "qwen"}
+    current = adopted_dgd(2)
+    current["spec"]["components"][1]["scalingAdapter"] = {}
+    action = plan("q", desired(adopted=ref, replicas=4), current, namespace=NS, api_version=V1BETA1)
+    assert (action.verb, action.body, action.scales) == ("patch", None, (("qwen-worker", 4),))
