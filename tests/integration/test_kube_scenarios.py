@@ -39,6 +39,8 @@ from .kube_fixtures import (
     node,
     pod,
     requests,
+    resource,
+    status_body,
     write_requests,
 )
 from .test_operator import SERVING, Cluster, desired
@@ -199,7 +201,39 @@ async def test_a_foreign_dgd_of_the_same_name_is_never_touched(client: Client) -
         assert await cluster.dgd() == before
 
 
+async def test_a_render_the_operator_cannot_express_fails_the_deployment(client: Client) -> None:
+    async with operator(client) as cluster:
+        await cluster.render(desired(serving=SERVING | {"devices_per_replica": 3}))
+        refused = await cluster.until_reported(
+            "deployment", lambda r: status_of(r).get("phase") == "failed", "the refusal"
+        )
+        condition = reasons(status_of(refused))["Unrenderable"]
+        assert condition["permanent"] and "devices_per_replica" in condition["message"]
+        assert write_requests(cluster.emulator) == []
+
+
 # --- transient trouble: a condition, never `failed`, and it clears ----------------------
+
+
+async def test_a_server_error_is_a_transient_condition_and_the_write_is_retried(
+    client: Client,
+) -> None:
+    async with operator(client) as cluster:
+        unavailable = status_body(503, "ServiceUnavailable", "etcd is sad")
+        cluster.emulator[UPDATE, resource(DGD)][:1] << 503 << unavailable
+        await cluster.render(desired())
+        troubled = await cluster.until_reported(
+            "deployment", lambda r: "ServiceUnavailable" in reasons(status_of(r)), "the condition"
+        )
+        status = status_of(troubled)
+        assert status["phase"] != "failed"
+        assert reasons(status)["ServiceUnavailable"]["permanent"] is False
+        await cluster.until_dgd(lambda d: d is not None, "the DGD, on a later try")
+        await cluster.until_reported(
+            "deployment",
+            lambda r: status_of(r).get("phase") is not None and not reasons(status_of(r)),
+            "the condition to clear",
+        )
 
 
 async def test_a_failed_dgd_is_a_condition_and_recovers_by_itself(client: Client) -> None:
