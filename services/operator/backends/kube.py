@@ -73,6 +73,7 @@ from wingsmith.services.operator.plan import Action, Obj, plan
 from wingsmith.services.operator.pods import with_defaults
 from wingsmith.services.operator.runtime import Report as Send
 from wingsmith.services.operator.status import deployment_status
+from wingsmith.services.tasks import stop_all
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class KubeBackend:
         self._served: str | None = None  # the DGD API version writes go to, once known
         self._refused: dict[str, Refusal] = {}  # permanent: the render is not written again
         self._trouble: dict[str, StatusCondition] = {}  # transient: the last write failed
+        # pods by the label that ties them to a deployment: ours, or an adopted graph's name
+        self._pods_by_tie: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     # -- render object -------------------------------------------------------------------
 
@@ -342,10 +345,18 @@ class KubeBackend:
     async def observe(self, report: Send) -> None:
         self._report = report
         dgds = _kind(self.api_version)
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._follow_dgds(dgds), name="dgd")
-            tasks.create_task(self._follow("pod", "pod"), name="pod")
-            tasks.create_task(self._follow("node", "node"), name="node")
+        tasks = [
+            asyncio.create_task(self._follow_dgds(dgds), name="dgd"),
+            asyncio.create_task(self._follow("pod", "pod"), name="pod"),
+            asyncio.create_task(self._follow("node", "node"), name="node"),
+        ]
+        # Not a TaskGroup: a follower reports through NATS, whose client can swallow a
+        # cancellation, and a TaskGroup cancels its tasks only once; `stop_all` cancels again
+        # until each has ended.
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await stop_all(tasks)
 
     async def _follow_dgds(self, kind: Kind) -> None:
         """The API server converts between DGD versions, so one version shows every DGD: the
@@ -379,6 +390,8 @@ class KubeBackend:
         obj, gone = change.obj, change.type == "DELETED"
         if cache == "pod":
             self._pods_seen = max(self._pods_seen, _version(obj.get("metadata", {})))
+        if cache == "pod":
+            self._index_pod(self._cache["pod"].get(_key(obj)), obj, gone)
         if gone:
             self._cache[cache].pop(_key(obj), None)
         else:
@@ -421,7 +434,7 @@ class KubeBackend:
         if dgd is None and refusal is None and trouble is None:
             return
         desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
-        pods = [p for p in self._cache["pod"].values() if self._owner_of_pod(p) == deployment_id]
+        pods = self._pods_of(deployment_id)
         extra = [trouble] if trouble is not None else []
         status = deployment_status(dgd or {}, pods, desired.get("replicas"), extra)
         if dgd is None:
@@ -443,6 +456,22 @@ class KubeBackend:
             version=_version((dgd or {}).get("metadata", {})),
         )
         await self._send(f"deployment:{deployment_id}", report)
+
+    def _index_pod(self, before: Obj | None, pod: Obj, gone: bool) -> None:
+        """Keep the index of pods by what ties them to a deployment."""
+        if before is not None and (tie := _tie(before)) is not None:
+            self._pods_by_tie.get(tie, set()).discard(_key(before))
+        if not gone and (tie := _tie(pod)) is not None:
+            self._pods_by_tie.setdefault(tie, set()).add(_key(pod))
+
+    def _pods_of(self, deployment_id: str) -> list[Obj]:
+        desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
+        ties = [("label", deployment_label(deployment_id))]
+        if adopted := desired.get("adopted"):
+            ties.append(("graph", f"{adopted['namespace']}/{adopted['name']}"))
+        keys = set().union(*(self._pods_by_tie.get(t, set()) for t in ties))
+        pods = [self._cache["pod"][k] for k in sorted(keys) if k in self._cache["pod"]]
+        return [p for p in pods if self._owner_of_pod(p) == deployment_id]
 
     def _dgd_of(self, deployment_id: str) -> Obj | None:
         return next(
@@ -676,6 +705,16 @@ def _device_ids(pod: Obj, node: str) -> list[str]:
 def _quantity(value: Any) -> int:
     text = str(value or "0")
     return int(text) if text.isdigit() else 0
+
+
+def _tie(pod: Obj) -> tuple[str, str] | None:
+    meta = pod.get("metadata", {})
+    labels = meta.get("labels") or {}
+    if LABEL_DEPLOYMENT in labels:
+        return "label", labels[LABEL_DEPLOYMENT]
+    if GRAPH_LABEL in labels:
+        return "graph", f"{meta.get('namespace', '')}/{labels[GRAPH_LABEL]}"
+    return None
 
 
 def _kind(api_version: str) -> Kind:
