@@ -32,6 +32,7 @@ from .conftest import LLAMA, send_until_answered, wait_for
 from .kube_fixtures import (
     APPLY_PATCH,
     NAMESPACE,
+    DynamoEmulator,
     cluster_create,
     cluster_patch,
     dgd,
@@ -51,12 +52,16 @@ UPDATE = kmock.action.UPDATE
 
 @contextlib.asynccontextmanager
 async def operator(
-    client: Client, *, kinds: Iterable[Kind] = tuple(RESOURCES), max_name: int = 253
+    client: Client,
+    *,
+    kinds: Iterable[Kind] = tuple(RESOURCES),
+    max_name: int = 253,
+    refused_again: tuple[float, float] = (60.0, 3600.0),
 ) -> AsyncIterator[Cluster]:
     await nats_bus.ensure_streams(client)
     async with kube_emulator(kinds) as (emulator, _, kube):
         emulator.max_name = max_name
-        backend = KubeBackend(kube, "east", NAMESPACE, read_only=False)
+        backend = KubeBackend(kube, "east", NAMESPACE, read_only=False, refused_again=refused_again)
         options = OperatorOptions(cluster_id="east", heartbeat_every=0.5)
         task = asyncio.create_task(run_operator(client, backend, options))
         try:
@@ -167,6 +172,24 @@ async def test_a_refused_write_fails_the_deployment_with_the_servers_message_onc
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_refused_render_is_tried_again_after_a_backoff_and_the_failure_clears(
+    client: Client,
+) -> None:
+    async with operator(client, max_name=4, refused_again=(0.2, 0.4)) as cluster:
+        await cluster.render(desired())
+        await cluster.until_reported(
+            "deployment", lambda r: status_of(r).get("phase") == "failed", "the refusal"
+        )
+        assert isinstance(cluster.emulator, DynamoEmulator)
+        cluster.emulator.max_name = 253  # what refused it changed (a webhook fixed, say)
+        await cluster.until_dgd(lambda d: d is not None, "the DGD, tried again by itself")
+        await cluster.until_reported(
+            "deployment",
+            lambda r: status_of(r).get("phase") not in (None, "failed"),
+            "a status that is not failed",
+        )
 
 
 async def test_what_the_webhook_forbids_in_place_is_replaced_not_refused(client: Client) -> None:

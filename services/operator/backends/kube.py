@@ -9,8 +9,8 @@ Writes go to the DGD version the cluster serves (v1beta1, else v1alpha1).
 Failures are told as they are. The API server refusing a write (a 4xx: the webhook, the schema,
 RBAC), a same-named DGD Wingsmith did not render, or a render it cannot express is permanent:
 the deployment's status says `failed` with the server's message, the action is reported as not
-performed, and the same render is not written again until it changes (or, at a change of its
-DGD, after a backoff of a minute doubling up to an hour). An API server that cannot be reached
+performed, and the same render is not written again until it changes or a backoff has passed
+(a minute, doubling up to an hour). An API server that cannot be reached
 or answers 5xx is transient: a condition on the status, and the render is retried with backoff.
 
 Observing follows DynamoGraphDeployments (in the version it renders), pods and nodes through
@@ -106,9 +106,11 @@ class KubeBackend:
         read_only: bool,
         api_version: str = "nvidia.com/v1beta1",
         pod_defaults: PodNeeds | None = None,
+        refused_again: tuple[float, float] = REFUSED_AGAIN,
     ) -> None:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
         self.pod_defaults = pod_defaults  # the cluster's: what a render object leaves unset
+        self.refused_again = refused_again
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
@@ -196,7 +198,7 @@ class KubeBackend:
         attempts = (
             (self._refused[deployment_id].attempts + 1) if deployment_id in self._refused else 0
         )
-        first, cap = REFUSED_AGAIN
+        first, cap = self.refused_again
         condition = StatusCondition.model_construct(
             reason=reason, message=message[:1024] or reason, permanent=True, pods=0
         )
@@ -349,6 +351,7 @@ class KubeBackend:
             asyncio.create_task(self._follow_dgds(dgds), name="dgd"),
             asyncio.create_task(self._follow("pod", "pod"), name="pod"),
             asyncio.create_task(self._follow("node", "node"), name="node"),
+            asyncio.create_task(self._retry_refused(), name="refused"),
         ]
         # Not a TaskGroup: a follower reports through NATS, whose client can swallow a
         # cancellation, and a TaskGroup cancels its tasks only once; `stop_all` cancels again
@@ -357,6 +360,22 @@ class KubeBackend:
             await asyncio.gather(*tasks)
         finally:
             await stop_all(tasks)
+
+    async def _retry_refused(self) -> None:
+        """Try a refused render again once its backoff has passed: what refused it (a
+        webhook, a policy, a missing namespace) may have changed meanwhile."""
+        while True:
+            await asyncio.sleep(self.refused_again[0] / 2)
+            now = time.monotonic()
+            for deployment_id, refusal in list(self._refused.items()):
+                if refusal.retry_at > now or deployment_id not in self.desired:
+                    continue
+                try:
+                    async with self._locks.setdefault(deployment_id, asyncio.Lock()):
+                        if (desired := self.desired.get(deployment_id)) is not None:
+                            await self._apply(deployment_id, desired)
+                except (KubeError, RuntimeError) as e:
+                    log.warning("%s: could not try again: %s", deployment_id, e)
 
     async def _follow_dgds(self, kind: Kind) -> None:
         """The API server converts between DGD versions, so one version shows every DGD: the
