@@ -316,6 +316,15 @@ def is_rendered_by_wingsmith(dgd: Mapping[str, Any]) -> bool:
     return isinstance(labels, Mapping) and labels.get(LABEL_MANAGED_BY) == MANAGED_BY
 
 
+def engine_component_names(dgd: Mapping[str, Any]) -> frozenset[str] | None:
+    """The names of the components that run the engine, as inspection reads their roles (a
+    legacy `main` frontend is none); None when the manifest cannot be read."""
+    try:
+        return frozenset(c.name for c in inspect_dgd(dgd).workers)
+    except ValueError:
+        return None
+
+
 def inspect_dgd(
     dgd: Mapping[str, Any], config_maps: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Inspection:

@@ -23,7 +23,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from wingsmith.domain.discovery import WORKER_ROLES
 from wingsmith.services.operator.dgd import ANNOTATION_DEPLOYMENT_ID, render_dgd
 from wingsmith.services.operator.inspect import Inspection, inspect_dgd, is_rendered_by_wingsmith
 
@@ -140,7 +139,8 @@ def _plan_adopted(desired: Mapping[str, Any], current: Obj | None) -> Action:
     except ValueError as e:
         return Action(None, ref["namespace"], ref["name"], version, None, f"unreadable: {e}")
     spec = copy.deepcopy(current.get("spec") or {})
-    workers = {name: c for name, c in components(spec).items() if role(c) in WORKER_ROLES}
+    engines = {c.name for c in inspection.workers}  # a legacy `main` frontend is none
+    workers = {name: c for name, c in components(spec).items() if name in engines}
     annotations = (current.get("metadata") or {}).get("annotations") or {}
     ratio = _ratio(annotations, workers)
     changed = []

@@ -21,6 +21,7 @@ from typing import Any
 from wingsmith.domain.deployment import MAX_CONDITIONS, ClusterPhase, DeploymentStatus
 from wingsmith.domain.deployment import StatusCondition as Condition
 from wingsmith.domain.discovery import WORKER_ROLES
+from wingsmith.services.operator.inspect import engine_component_names
 from wingsmith.services.operator.plan import components, role
 
 Obj = dict[str, Any]
@@ -44,8 +45,11 @@ def deployment_status(
     operator adds (an API server it could not reach, say)."""
     status, meta = dgd.get("status") or {}, dgd.get("metadata") or {}
     pods = list(pods)
+    engines = engine_component_names(dgd)  # a legacy `main` frontend runs no engine
     workers = {
-        name: c for name, c in components(dgd.get("spec") or {}).items() if role(c) in WORKER_ROLES
+        name: c
+        for name, c in components(dgd.get("spec") or {}).items()
+        if (name in engines if engines is not None else role(c) in WORKER_ROLES)
     }
     ready = ready_replicas(workers, status, pods)
     wanted = desired_replicas if desired_replicas is not None else _spec_replicas(workers)

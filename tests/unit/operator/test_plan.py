@@ -362,3 +362,21 @@ def test_an_adopted_worker_with_a_scaling_adapter_is_scaled_through_it() -> None
     current["spec"]["components"][1]["scalingAdapter"] = {}
     action = plan("q", desired(adopted=ref, replicas=4), current, namespace=NS, api_version=V1BETA1)
     assert (action.verb, action.body, action.scales) == ("patch", None, (("qwen-worker", 4),))
+
+
+def test_an_adopted_legacy_graph_scales_its_worker_never_its_main_frontend() -> None:
+    current = load_manifest((FIXTURES / "vllm-legacy-frontend-main-v1alpha1.yaml").read_text())
+    ref = {"namespace": "examples", "name": current["metadata"]["name"]}
+    primary = inspect_dgd(current).primary
+    assert primary is not None and primary.name == "VllmWorker"
+    action = plan(
+        "q",
+        desired(adopted=ref, replicas=4, engine_args=list(primary.imported_args)),
+        current,
+        namespace=NS,
+        api_version="nvidia.com/v1alpha1",
+    )
+    assert action.verb == "apply" and action.body is not None
+    services = action.body["spec"]["services"]
+    assert services["VllmWorker"]["replicas"] == 4
+    assert "replicas" not in services.get("Frontend", {})  # not even named: never scaled

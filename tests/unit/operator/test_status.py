@@ -128,3 +128,21 @@ def test_container_trouble_is_a_condition_counting_its_pods(
     assert (condition.reason, condition.pods, condition.permanent) == (reason, 2, False)
     assert condition.message is not None and condition.message.startswith("w1: ")
     assert status.ready_replicas == 1 and status.phase is ClusterPhase.PENDING
+
+
+def test_a_legacy_main_frontend_is_no_worker_to_count() -> None:
+    from pathlib import Path
+
+    from wingsmith.services.operator.inspect import load_manifest
+
+    path = Path(__file__).parents[2] / "fixtures/dgd/vllm-legacy-frontend-main-v1alpha1.yaml"
+    dgd = load_manifest(path.read_text())
+    dgd["status"] = {
+        "state": "successful",
+        "services": {
+            "Frontend": {"replicas": 1, "readyReplicas": 1},
+            "VllmWorker": {"replicas": 2, "readyReplicas": 2},
+        },
+    }
+    status = deployment_status(dgd, [], None)
+    assert (status.ready_replicas, status.desired_replicas) == (2, 2)
