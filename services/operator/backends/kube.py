@@ -573,8 +573,10 @@ class KubeBackend:
         if "pod" not in self._synced:
             return None
         # a removed deployment is synced while it has pods, or when asked for (its removal
-        # applied after a start): a plane that missed its last pods' ends hears it once more
-        told = self.desired.keys() if only is None else {only} & self.applied.keys()
+        # applied after a start): a plane that missed its last pods' ends hears it once more.
+        # One whose first write since this start is still in flight is not: its pods are not
+        # counted as its yet, and it is synced once that write is done (`_resync`).
+        told = self.applied.keys() & (self.desired.keys() if only is None else {only})
         pods: dict[str, list[SyncedReplica]] = {d: [] for d in told}
         for pod in self._cache["pod"].values():
             deployment_id = self._owner_of_pod(pod)
