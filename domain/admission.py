@@ -57,7 +57,16 @@ from wingsmith.domain.deployment import (
     FailureCleared,
     ServingConfigChanged,
 )
-from wingsmith.domain.placement import RoomIndex, shares
+from wingsmith.domain.nodes import (
+    MAX_NODES_PER_WORKER,
+    pack,
+    pods,
+    room,
+    smallest_pod,
+    span,
+    workers_per_replica,
+)
+from wingsmith.domain.placement import RoomIndex, by_room, shares
 from wingsmith.domain.project import QuotaSet
 from wingsmith.domain.replica import ReplicaStarted, ReplicaTerminated
 from wingsmith.domain.workload import (
@@ -108,6 +117,12 @@ class Slot:
     waiting_since: int = 0  # the position it began to wait at: its place in the queues
     retry: bool = False  # failed, then changed by the plane: admission starts over
     deleted: bool = False  # wants nothing, is decided for no more; holds what its replicas do
+    workers: int = 1  # engine workers per replica: 2 when disaggregated
+    short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
+
+    @property
+    def per_worker(self) -> int:
+        return self.per_replica // self.workers
 
     @property
     def previous(self) -> int:
@@ -141,9 +156,14 @@ class Planned:
     replicas: int
     digest: str
     pinned: bool
+    workers: int
     allowed: tuple[str, ...] | None
     deployments: dict[str, str] = field(default_factory=dict)  # cluster -> deployment id
     deferred: bool = False  # placement found nowhere to go and said so
+
+    @property
+    def per_worker(self) -> int:
+        return self.per_replica // self.workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +207,23 @@ class Ledger:
     held_in_cluster: dict[Key, int] = field(default_factory=dict)
     held_by_project: dict[Key, int] = field(default_factory=dict)
     deployments: dict[str, Slot] = field(default_factory=dict)
-    # live replica -> (deployment, devices, serving digest)
-    replicas: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    # live replica -> (deployment, devices, serving digest, node)
+    replicas: dict[str, tuple[str, int, str, str]] = field(default_factory=dict)
     # deployment ids waiting, per (cluster, device class) and per (project, device class)
     waiting_in: dict[Key, dict[str, None]] = field(default_factory=dict)
     waiting_for: dict[Key, dict[str, None]] = field(default_factory=dict)
     # the positions the facts behind a decision were last changed at: evidence
     quota_position: dict[Key, int] = field(default_factory=dict)
     inventory_position: dict[str, int] = field(default_factory=dict)
+    # per node: each (cluster, class)'s nodes (id, devices) in id order and its largest node,
+    # what live replicas hold per (cluster, node), the deployments counted per (cluster, class),
+    # and a count of the changes there (what placement's per-node room is cached against)
+    nodes: dict[Key, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    largest: dict[Key, int] = field(default_factory=dict)
+    on_node: dict[Key, int] = field(default_factory=dict)
+    members: dict[Key, dict[str, None]] = field(default_factory=dict)
+    changes: dict[Key, int] = field(default_factory=dict)
+    node_room: dict[Key, tuple[int, list[int]]] = field(default_factory=dict)
     # placement: what every deployment holds or wants per (cluster, class), the candidates by
     # room, the workloads, and those to place (again)
     claimed: dict[Key, int] = field(default_factory=dict)
@@ -256,8 +285,10 @@ class Ledger:
     @handles(InventoryReported)
     def _inventory_reported(self, cluster: str, e: E) -> list[str]:
         totals: dict[str, int] = {}
+        nodes: dict[str, list[tuple[str, int]]] = {}
         for node in e["nodes"]:
             totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
+            nodes.setdefault(node["device_class"], []).append((node["node_id"], node["devices"]))
         classes = self.classes.get(cluster, set()) | totals.keys()
         self.classes[cluster] = set(totals)
         woken: list[str] = []
@@ -265,13 +296,27 @@ class Ledger:
             key = (cluster, device_class)
             shrank = totals.get(device_class, 0) < self.total.get(key, 0)
             self.total[key] = totals.get(device_class, 0)
+            reshaped = self._set_nodes(key, sorted(nodes.get(device_class, ())))
             self._refresh_room(cluster, device_class)
             woken += self._heads(self.waiting_in, key, CAPACITY)
-            if shrank:  # some waiting for quota may now never fit: no longer ahead of anyone
-                woken += self._behind_the_unfit(self.waiting_in, key, QUOTA)
+            if shrank or reshaped:  # some waiting for quota may now never fit: no longer
+                woken += self._behind_the_unfit(self.waiting_in, key, QUOTA)  # ahead of anyone
         self.inventory_position[cluster] = self.position
         self._place_again(totals)
         return self.oldest_first(woken)
+
+    def _set_nodes(self, key: Key, nodes: list[tuple[str, int]]) -> bool:
+        """A device class's nodes on a cluster; whether they changed."""
+        if tuple(nodes) == self.nodes.get(key, ()):
+            return False
+        if nodes:
+            self.nodes[key] = tuple(nodes)
+            self.largest[key] = max(devices for _, devices in nodes)
+        else:
+            self.nodes.pop(key, None)
+            self.largest.pop(key, None)
+        self._changed(key)
+        return True
 
     @handles(WorkloadCreated)
     def _workload_created(self, workload_id: str, e: E) -> list[str]:
@@ -283,6 +328,7 @@ class Ledger:
             replicas=e["replicas"],
             digest=e["serving_digest"],
             pinned=e["cluster_pin"] is not None,
+            workers=workers_per_replica(e["serving"]),
             allowed=None if allowed is None else tuple(allowed),
         )
         self.to_place[workload_id] = None
@@ -298,6 +344,7 @@ class Ledger:
     def _workload_serving_config_changed(self, workload_id: str, e: E) -> list[str]:
         w = self.workloads[workload_id]
         w.per_replica, w.digest = e["serving"]["devices_per_replica"], e["serving_digest"]
+        w.workers = workers_per_replica(e["serving"])
         self.to_place[workload_id] = None  # its room is counted in replicas of the new size
         return []
 
@@ -328,6 +375,7 @@ class Ledger:
                 desired=e["desired_replicas"],
                 digest=e["serving_digest"],
                 managed=e["authority"] == Authority.MANAGED,
+                workers=workers_per_replica(e["serving"]),
             ),
         )
 
@@ -340,6 +388,7 @@ class Ledger:
         return self._change(
             deployment_id,
             per_replica=e["serving"]["devices_per_replica"],
+            workers=workers_per_replica(e["serving"]),
             digest=e["serving_digest"],
             rolling=True,
         )
@@ -371,6 +420,7 @@ class Ledger:
             return []
         self._stop_waiting(deployment_id, slot)
         released = self._update(deployment_id, slot, deleted=True, granted=0)
+        self._leave(deployment_id, slot)  # it reserves nothing: what its replicas hold is on nodes
         return self.oldest_first([*released, *self._heads_of(slot)])
 
     @handles(AdmissionDecided)
@@ -405,13 +455,14 @@ class Ledger:
             e["deployment_id"],
             len(e["device_ids"]),
             e["serving_digest"],
+            e.get("node_id", ""),
         )
         return self._allocate(*held)
 
     @handles(ReplicaTerminated)
     def _replica_terminated(self, replica_id: str, e: E) -> list[str]:
         held = self.replicas.pop(replica_id, None)
-        return [] if held is None else self._allocate(held[0], -held[1], held[2])
+        return [] if held is None else self._allocate(held[0], -held[1], held[2], held[3])
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -438,6 +489,11 @@ class Ledger:
         quota = self.quota.get(project_key, 0)
         others_in_cluster = self.held_in_cluster.get(cluster_key, 0) - slot.held
         others_in_project = self.held_by_project.get(project_key, 0) - slot.held
+        fits = wanted <= capacity - others_in_cluster and wanted <= quota - others_in_project
+        # the nodes: when the sums fit but the pods do not, or when a worker fits no node
+        short = (
+            self._short_on_nodes(deployment_id, slot, wanted, fits) if wanted > slot.held else {}
+        )
 
         def evidence() -> dict[str, int]:  # built only for a decision that changes something
             seen = {
@@ -452,9 +508,9 @@ class Ledger:
             }
             if slot.previous:
                 seen["previous_generation"] = slot.previous
-            return seen
+            return seen | short
 
-        if wanted <= capacity - others_in_cluster and wanted <= quota - others_in_project:
+        if fits and not short:
             return self._decision(deployment_id, slot, wanted, None, evidence)
         if slot.rolling and slot.granted:  # the new generation starts inside the old's grant
             return self._decision(deployment_id, slot, slot.granted, WAITING_FOR_PREVIOUS, evidence)
@@ -466,6 +522,9 @@ class Ledger:
     def record(self, decision: Decision) -> list[str]:
         """Apply a decision as soon as it is made, before its event comes back: the next
         decision must see it. Folding its event later changes nothing more."""
+        slot = self.deployments.get(decision.deployment_id)
+        if slot is not None:
+            slot.short_on_nodes = "pods_needed" in decision.evidence
         return self._set_phase(
             decision.deployment_id, decision.phase, decision.reason, decision.devices
         )
@@ -611,6 +670,7 @@ class Ledger:
             slot.reason == reason
             and slot.wanted <= self.total.get((slot.cluster, slot.device_class), 0)
             and slot.wanted <= self.quota.get((slot.project, slot.device_class), 0)
+            and self._could_fit_nodes(slot)
         )
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -680,20 +740,38 @@ class Ledger:
             released = self.oldest_first([*released, *self._heads(queues, key, was)])
         return released
 
-    def _allocate(self, deployment_id: str, devices: int, digest: str) -> list[str]:
+    def _allocate(self, deployment_id: str, devices: int, digest: str, node: str) -> list[str]:
         slot = self.deployments.get(deployment_id)
         if slot is None:
             return []
+        on = (slot.cluster, node)
+        if held_there := self.on_node.get(on, 0) + devices:
+            self.on_node[on] = held_there
+        else:
+            self.on_node.pop(on, None)
         by_digest = {**slot.by_digest, digest: slot.by_digest.get(digest, 0) + devices}
         released = self._update(
             deployment_id, slot, allocated=slot.allocated + devices, by_digest=by_digest
         )
+        if not released:  # within its grant: not where admission counted it, perhaps
+            released = self._moved_on_nodes(slot)
         if digest != slot.digest and slot.managed:  # a previous generation moved: decide again
             return [deployment_id, *released, *self._behind(slot)]
         return released
 
+    def _moved_on_nodes(self, slot: Slot) -> list[str]:
+        """A pod started or ended inside a grant: the sums stand, but which nodes are free may
+        not be what admission counted. Those short of room on nodes there look again."""
+        key = (slot.cluster, slot.device_class)
+        if len(self.nodes.get(key, ())) < 2:
+            return []
+        heads = self._heads(self.waiting_in, key, CAPACITY)
+        return heads if any(self.deployments[d].short_on_nodes for d in heads) else []
+
     def _add(self, deployment_id: str, slot: Slot) -> list[str]:
         self.deployments[deployment_id] = slot
+        self.members.setdefault((slot.cluster, slot.device_class), {})[deployment_id] = None
+        self._changed((slot.cluster, slot.device_class))
         self._claim(slot, slot.claim)
         if not slot.managed:  # observed: it runs already and is not admitted here
             slot.phase, slot.reason = AdmissionPhase.ADMITTED, None
@@ -707,6 +785,7 @@ class Ledger:
         before, claim = slot.held, slot.claim
         for name, value in fields.items():
             setattr(slot, name, value)
+        self._changed((slot.cluster, slot.device_class))
         self._claim(slot, slot.claim - claim)
         moved = slot.held - before
         if not moved:
@@ -742,9 +821,16 @@ class Ledger:
         if w is None or w.pinned:
             return None
         current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
-        free = functools.partial(self.room.free, device_class=w.device_class)
+        fit = functools.partial(self._room_for, w)
+
+        def free(cluster: str) -> int | None:
+            unclaimed = self.room.free(cluster, w.device_class)
+            return None if unclaimed is None else fit(cluster, unclaimed)
+
         with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            new = shares(w.replicas, w.per_replica, current, free, most)
+            new = shares(
+                w.replicas, w.per_replica, current, free, by_room(most, fit, w.per_replica)
+            )
         if new:
             previous = {c: current[c] for c in new if c in current}
             return Placement(workload_id, w.replicas, w.digest, new, previous)
@@ -755,6 +841,13 @@ class Ledger:
             return None
         where = "its allowed clusters" if w.allowed else "reachable clusters"
         message = f"none of {where} reports {w.device_class} devices"
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            if next(most, None) is not None:  # there are some: their nodes are too small
+                message = (
+                    f"no {w.device_class} node of {where} holds a pod of a {w.per_worker}-device "
+                    f"worker: split over at most {MAX_NODES_PER_WORKER} nodes, a pod needs "
+                    f"{smallest_pod(w.per_worker)} devices"
+                )
         return Placement(workload_id, w.replicas, w.digest, {}, {}, message)
 
     def record_placement(self, placement: Placement) -> list[str]:
@@ -811,6 +904,7 @@ class Ledger:
         if slot is None:
             return []
         self._stop_waiting(deployment_id, slot)
+        self._leave(deployment_id, slot)
         self._claim(slot, -slot.claim)
         return [d for d in self._heads_of(slot) if d in self.deployments]
 
@@ -839,6 +933,112 @@ class Ledger:
         candidate = total > 0 and self.reachable.get(cluster, True)
         free = max(total - self.claimed.get(key, 0), 0) if candidate else None
         self.room.set(cluster, device_class, free)
+
+    # -- per node ------------------------------------------------------------------------
+
+    def _changed(self, key: Key) -> None:
+        self.changes[key] = self.changes.get(key, 0) + 1
+
+    def _leave(self, deployment_id: str, slot: Slot) -> None:
+        key = (slot.cluster, slot.device_class)
+        members = self.members.get(key)
+        if members is not None:
+            members.pop(deployment_id, None)
+            if not members:
+                del self.members[key]
+        self._changed(key)
+
+    def _pod(self, key: Key, worker: int) -> tuple[int, int] | None:
+        """(nodes per worker, devices per pod) for a worker of this many devices there; None
+        when no node of the class could hold a pod of it (domain/nodes.py)."""
+        n = span(worker, self.largest.get(key, 0))
+        return None if n is None else (n, worker // n)
+
+    def _free_on_nodes(self, key: Key, claims: bool, exclude: str | None = None) -> list[int]:
+        """Free devices per node, in node id order: what live replicas hold there is taken,
+        and so are the pods every other deployment may still start (what it holds or, with
+        `claims`, what placement counts it for, less what its replicas hold), first fit,
+        largest first. Pods that fit no node are left to the sums."""
+        cluster = key[0]
+        free = [
+            max(devices - self.on_node.get((cluster, node), 0), 0)
+            for node, devices in self.nodes.get(key, ())
+        ]
+        wanted: dict[int, int] = {}
+        for deployment_id in self.members.get(key, ()):
+            slot = self.deployments[deployment_id]
+            unstarted = (slot.claim if claims else slot.held) - slot.allocated
+            pod = self._pod(key, slot.per_worker) if unstarted > 0 else None
+            if pod is None or deployment_id == exclude:
+                continue
+            for size, count in pods(unstarted, pod[1]).items():
+                wanted[size] = wanted.get(size, 0) + count
+        pack(free, wanted)
+        return free
+
+    def _short_on_nodes(
+        self, deployment_id: str, slot: Slot, wanted: int, counted: bool
+    ) -> dict[str, int]:
+        """Why the pods of a grant of `wanted` would not fit the nodes (evidence), or {} when
+        they fit or, unless the sums were `counted` to fit, when the sums say why already.
+        One-device pods, and a class of one node, fit wherever the sums do."""
+        key = (slot.cluster, slot.device_class)
+        pod = self._pod(key, slot.per_worker)
+        if pod is None:
+            return self._fits_no_node(key, slot) if key in self.largest else {}
+        n, size = pod
+        if not counted or size == 1 or len(self.nodes.get(key, ())) < 2:
+            return {}
+        free = self._free_on_nodes(key, claims=False, exclude=deployment_id)
+        needed = pods(wanted - slot.allocated, size)
+        if not pack(list(free), needed):
+            return {}
+        return {
+            "pod_devices": size,
+            "nodes_per_worker": n,
+            "pods_needed": sum(needed.values()),
+            "pods_fitting": room(free, size),
+            "nodes_fitting": sum(1 for f in free if f >= size),
+            "largest_node_free": max(free, default=0),
+        }
+
+    def _fits_no_node(self, key: Key, slot: Slot) -> dict[str, int]:
+        """Evidence that a worker fits no node there, split as evenly as it may be."""
+        return {
+            "worker_devices": slot.per_worker,
+            "pod_devices": smallest_pod(slot.per_worker),
+            "node_devices": self.largest.get(key, 0),
+        }
+
+    def _could_fit_nodes(self, slot: Slot) -> bool:
+        """Whether the deployment's pods would fit its cluster's nodes were they all free."""
+        key = (slot.cluster, slot.device_class)
+        pod = self._pod(key, slot.per_worker)
+        if pod is None:
+            return False
+        n, size = pod
+        nodes = self.nodes[key]
+        if size == 1 or len(nodes) < 2:
+            return True
+        return slot.desired * slot.workers * n <= room([d for _, d in nodes], size)
+
+    def _room_for(self, w: Planned, cluster: str, free: int) -> int | None:
+        """What placement counts as free for this workload on a cluster with `free` devices
+        unclaimed: no more than whole replicas' pods fit on its nodes. None: its workers fit
+        no node there, and the cluster is no candidate for it."""
+        key = (cluster, w.device_class)
+        pod = self._pod(key, w.per_worker)
+        if pod is None:
+            return None
+        n, size = pod
+        if size == 1 or len(self.nodes.get(key, ())) < 2:
+            return free
+        changes = self.changes.get(key, 0)
+        cached = self.node_room.get(key)
+        if cached is None or cached[0] != changes:
+            cached = self.node_room[key] = (changes, self._free_on_nodes(key, claims=True))
+        replicas = room(cached[1], size) // (w.workers * n)
+        return min(free, replicas * w.per_replica)
 
     # -- queues --------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 Policy (docs/scheduling.md, "Placement"):
 - A pinned workload has one deployment, on its pin, with all its replicas.
 - Otherwise the candidates are the reachable clusters that report the workload's device class,
-  narrowed to its allow-list when it has one. Room on a cluster is its devices of that class
-  minus what every deployment there holds or wants, in whole replicas.
+  narrowed to its allow-list when it has one, and whose nodes can hold its engine workers
+  (domain/nodes.py). Room on a cluster is its devices of that class minus what every
+  deployment there holds or wants, in whole replicas, and no more replicas than whole pods of
+  theirs fit on its nodes.
 - Growing fills clusters the workload is on first, then new ones, each time the cluster with the
   most room first (ties: cluster id). Replicas no cluster has room for go to the candidate with
   the most room, where admission keeps them pending for capacity rather than losing them.
@@ -16,6 +18,7 @@ Policy (docs/scheduling.md, "Placement"):
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Generator, Iterable
 
 
@@ -69,6 +72,36 @@ class RoomIndex:
         finally:
             for entry in taken:
                 heapq.heappush(heap, entry)
+
+
+def by_room(
+    candidates: Iterable[tuple[str, int]],
+    fit: Callable[[str, int], int | None],
+    per_replica: int,
+) -> Generator[tuple[str, int], None, None]:
+    """(cluster, room), most room first, from candidates most free first, where the room is
+    what `fit(cluster, free)` counts (never more than free: its pods must also fit the nodes;
+    None: not a candidate). A candidate is yielded once none after it can have more room, so
+    only those read are paid for. Once the free devices fall below one replica, none left has
+    room: they follow as they come."""
+    ahead: list[tuple[int, int, str]] = []  # (-room, -free, cluster): read, not yet yielded
+    stream = iter(candidates)
+    for cluster, free in stream:
+        while ahead and -ahead[0][0] >= free:  # nothing from here on has more room
+            room, _, best = heapq.heappop(ahead)
+            yield best, -room
+        if free < per_replica:
+            stream = itertools.chain([(cluster, free)], stream)
+            break
+        counted = fit(cluster, free)
+        if counted is not None:
+            heapq.heappush(ahead, (-counted, -free, cluster))
+    while ahead:
+        room, _, best = heapq.heappop(ahead)
+        yield best, -room
+    for cluster, free in stream:
+        if (counted := fit(cluster, free)) is not None:
+            yield cluster, counted
 
 
 def shares(

@@ -13,6 +13,12 @@ An observed deployment (adopted from a DynamoGraphDeployment the plane did not r
 at once with `authority: observed` and the object it was adopted from, so the operator can
 report its replicas; the operator never writes for it. Once promoted, it stays as it was until
 admission has granted what it runs, so the first managed render asks for what already runs.
+
+`nodes_per_worker` is how many nodes one engine worker spans on its cluster, as admission counts
+it (domain/nodes.py): from the largest node of the deployment's device class in the cluster's
+latest inventory, so a node coming or going changes it only when the largest size changes, and
+then only the render objects whose span it changes are published again. While no node of the
+class could hold a pod of the worker (admission grants nothing then), the span stays as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from wingsmith.domain.cluster import InventoryReported
 from wingsmith.domain.contracts.render import RenderDocument
 from wingsmith.domain.deployment import (
     AdmissionDecided,
@@ -35,6 +42,7 @@ from wingsmith.domain.deployment import (
     ServingConfigAmended,
     ServingConfigChanged,
 )
+from wingsmith.domain.nodes import span, worker_devices
 from wingsmith.projections.base import Keys, Projection, View, handles
 
 E = Mapping[str, Any]
@@ -46,6 +54,25 @@ class Render(Projection):
     def __init__(self) -> None:
         super().__init__()
         self.desired: dict[str, dict[str, Any]] = {}  # deployment id -> what should run
+        self.largest: dict[str, dict[str, int]] = {}  # cluster -> device class -> node devices
+        self.on_cluster: dict[str, dict[str, bool]] = {}  # cluster -> its deployment ids
+
+    @handles(InventoryReported)
+    def _inventory(self, cluster_id: str, e: E) -> Keys:
+        """Render again only the deployments whose span the largest nodes change."""
+        largest: dict[str, int] = {}
+        for node in e["nodes"]:
+            device_class = node["device_class"]
+            largest[device_class] = max(largest.get(device_class, 0), node["devices"])
+        if largest == self.largest.get(cluster_id, {}):
+            return ()
+        self.largest[cluster_id] = largest
+        changed: list[str] = []
+        for deployment_id in self.on_cluster.get(cluster_id, {}):
+            d = self.desired[deployment_id]
+            if self._span(d) != d.get("nodes_per_worker", 1):
+                changed += self._set(deployment_id)
+        return changed
 
     @handles(DeploymentCreated)
     def _created(self, deployment_id: str, e: E) -> Keys:
@@ -66,7 +93,9 @@ class Render(Projection):
             "admitted": False,
             "adopted": e.get("adopted"),
             "promoting": False,  # promoted, and not admitted since
+            "nodes_per_worker": 1,
         }
+        self.on_cluster.setdefault(e["cluster_id"], {})[deployment_id] = True
         return () if self.desired[deployment_id]["managed"] else self._set(deployment_id)
 
     @handles(AdmissionDecided)
@@ -123,6 +152,10 @@ class Render(Projection):
         d = self.desired.pop(deployment_id, None)
         if d is None:
             return ()
+        on_cluster = self.on_cluster.get(d["cluster_id"], {})
+        on_cluster.pop(deployment_id, None)
+        if not on_cluster:
+            self.on_cluster.pop(d["cluster_id"], None)
         key = f"{d['cluster_id']}.{deployment_id}"
         return (key,) if self.views.pop(key, None) is not None else ()
 
@@ -131,6 +164,7 @@ class Render(Projection):
         if d is None:
             return ()
         d.update(fields)
+        d["nodes_per_worker"] = self._span(d)
         key = f"{d['cluster_id']}.{deployment_id}"
         if d["promoting"] or (d["managed"] and key not in self.views and not d["admitted"]):
             return ()  # not admitted (since its promotion): nothing for the operator to do
@@ -139,6 +173,13 @@ class Render(Projection):
             return ()
         self.views[key] = cast(View, view)  # views are JSON objects; this one is a contract's
         return (key,)
+
+    def _span(self, d: dict[str, Any]) -> int:
+        """The nodes one engine worker spans on the cluster's largest nodes of its class; what
+        it was when none could hold a pod of it (or the inventory is not known yet)."""
+        largest = self.largest.get(d["cluster_id"], {}).get(d["device_class"], 0)
+        n = span(worker_devices(d["serving"]), largest)
+        return int(d.get("nodes_per_worker", 1)) if n is None else n
 
     @staticmethod
     def _render(d: dict[str, Any]) -> RenderDocument:
@@ -161,5 +202,5 @@ class Render(Projection):
             "enabled": d["enabled"],
             "authority": Authority.MANAGED if d["managed"] else Authority.OBSERVED,
             "adopted": d["adopted"],
-            "nodes_per_worker": 1,
+            "nodes_per_worker": d["nodes_per_worker"],
         }

@@ -6,8 +6,11 @@ from typing import Any
 
 import orjson
 
+from wingsmith.domain.base import Aggregate
+from wingsmith.domain.cluster import Cluster, Node
 from wingsmith.domain.contracts.render import RenderDocument, RenderObject
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.values import ServingMode
 from wingsmith.projections.base import Fold
 from wingsmith.projections.render import Render
 
@@ -17,7 +20,7 @@ KEY = "east.w--east"
 
 
 class Given:
-    def __init__(self, authority: Authority = Authority.MANAGED) -> None:
+    def __init__(self, authority: Authority = Authority.MANAGED, devices: int = 2) -> None:
         self.render = Render()
         self.fold = Fold([self.render])
         self.position = 0
@@ -27,7 +30,7 @@ class Given:
             cluster_id="east",
             project="p",
             device_class="H100",
-            serving=serving(2),
+            serving=serving(devices),
             desired_replicas=3,
             authority=authority,
             imported_args=None if authority is Authority.MANAGED else ("--x",),
@@ -35,8 +38,8 @@ class Given:
         self.published: list[dict[str, Any] | None] = []
         self.flush()
 
-    def flush(self) -> None:
-        for event in self.d.collect_events():
+    def flush(self, *aggregates: Aggregate) -> None:
+        for event in [e for a in (self.d, *aggregates) for e in a.collect_events()]:
             self.position += 1
             for projection, key in self.fold.apply_envelope(envelope(event, self.position)):
                 self.published.append(projection.view(key))
@@ -156,3 +159,42 @@ def test_what_is_rendered_is_the_render_contract_and_the_operator_reads_it() -> 
     assert list(view) == list(RenderObject.model_fields)
     obj = RenderObject.model_validate_json(orjson.dumps(view))
     assert obj.replicas == 2 and obj.authority is Authority.MANAGED
+
+
+def test_a_worker_wider_than_the_largest_node_is_rendered_over_several() -> None:
+    """12 devices a replica on nodes of 8: two nodes of 6 each. The span follows the largest
+    node of the class: a node coming or going publishes nothing unless that size changes."""
+    given = Given(devices=12)
+    east = Cluster.register(PLANE, "east", None, {})
+
+    def nodes(*sizes: int) -> None:
+        reported = [
+            Node(node_id=f"n{i}", device_class="H100", devices=d) for i, d in enumerate(sizes)
+        ]
+        east.report_inventory(CLUSTER, tuple(reported))
+        given.flush(east)
+
+    nodes(8, 8)
+    given.admit(36)
+    assert given.render.views[KEY]["nodes_per_worker"] == 2
+    published = len(given.published)
+    nodes(8, 8, 8, 4)
+    assert len(given.published) == published  # the largest node is still 8: nothing changes
+    nodes(16, 8)
+    assert given.render.views[KEY]["nodes_per_worker"] == 1
+    assert RenderObject.model_validate_json(orjson.dumps(given.published[-1])).nodes_per_worker == 1
+    nodes()  # no node of the class: admission grants nothing more; the span stays
+    assert len(given.published) == published + 1
+
+
+def test_a_disaggregated_replica_spans_nodes_per_worker() -> None:
+    """16 devices a replica, disaggregated: prefill and decode of 8 each, on nodes of 4."""
+    given = Given(devices=16)
+    given.d.change_serving_config(
+        PLANE, serving(16).model_copy(update={"mode": ServingMode.DISAGGREGATED})
+    )
+    east = Cluster.register(PLANE, "east", None, {})
+    east.report_inventory(CLUSTER, (Node(node_id="n1", device_class="H100", devices=4),))
+    given.flush(east)
+    given.admit(48)
+    assert given.render.views[KEY]["nodes_per_worker"] == 2
