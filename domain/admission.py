@@ -223,6 +223,7 @@ class Ledger:
     on_node: dict[Key, int] = field(default_factory=dict)
     members: dict[Key, dict[str, None]] = field(default_factory=dict)
     changes: dict[Key, int] = field(default_factory=dict)
+    short_in: dict[Key, set[str]] = field(default_factory=dict)  # last refused for the nodes
     node_room: dict[Key, tuple[int, list[int]]] = field(default_factory=dict)
     # placement: what every deployment holds or wants per (cluster, class), the candidates by
     # room, the workloads, and those to place (again)
@@ -524,7 +525,7 @@ class Ledger:
         decision must see it. Folding its event later changes nothing more."""
         slot = self.deployments.get(decision.deployment_id)
         if slot is not None:
-            slot.short_on_nodes = "pods_needed" in decision.evidence
+            self._short(decision.deployment_id, slot, "pods_needed" in decision.evidence)
         return self._set_phase(
             decision.deployment_id, decision.phase, decision.reason, decision.devices
         )
@@ -763,10 +764,21 @@ class Ledger:
         """A pod started or ended inside a grant: the sums stand, but which nodes are free may
         not be what admission counted. Those short of room on nodes there look again."""
         key = (slot.cluster, slot.device_class)
-        if len(self.nodes.get(key, ())) < 2:
+        if not self.short_in.get(key):
             return []
         heads = self._heads(self.waiting_in, key, CAPACITY)
         return heads if any(self.deployments[d].short_on_nodes for d in heads) else []
+
+    def _short(self, deployment_id: str, slot: Slot, short: bool) -> None:
+        """Whether a deployment was last refused because its pods did not fit the nodes."""
+        key = (slot.cluster, slot.device_class)
+        slot.short_on_nodes = short
+        if short:
+            self.short_in.setdefault(key, set()).add(deployment_id)
+        elif deployment_id in self.short_in.get(key, ()):
+            self.short_in[key].discard(deployment_id)
+            if not self.short_in[key]:
+                del self.short_in[key]
 
     def _add(self, deployment_id: str, slot: Slot) -> list[str]:
         self.deployments[deployment_id] = slot
@@ -940,6 +952,7 @@ class Ledger:
         self.changes[key] = self.changes.get(key, 0) + 1
 
     def _leave(self, deployment_id: str, slot: Slot) -> None:
+        self._short(deployment_id, slot, False)
         key = (slot.cluster, slot.device_class)
         members = self.members.get(key)
         if members is not None:

@@ -4,7 +4,12 @@ event, the ledger folds them and decides, and each decision goes back through th
 project's quota left by everything else, counted here from the aggregates themselves, through
 scaling, rollouts and reverts; the ledger's sums and phases always equal that recount, and a
 placed workload's shares always add up to its replicas. Deleting gives a deployment's grant back
-at once; what its replicas hold stays counted until they terminate."""
+at once; what its replicas hold stays counted until they terminate.
+
+Clusters have nodes of different sizes and deployments may be disaggregated or wider than a
+node: a grant that grows must also fit its new pods on the nodes, as recounted from the nodes'
+sizes, the pods live on each and the pods other grants may still start (domain/nodes.py); the
+cluster starts pods only on nodes with room for them."""
 
 from __future__ import annotations
 
@@ -14,13 +19,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from wingsmith.domain.admission import Decision, Ledger, Placement
+from wingsmith.domain.admission import Decision, Ledger, Placement, Slot
 from wingsmith.domain.base import Aggregate, DomainError, Event, split_id
 from wingsmith.domain.cluster import Cluster, Node
 from wingsmith.domain.commands import DeleteWorkload, PlaceWorkload
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.nodes import nodes_per_worker, pack, pods, room
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
+from wingsmith.domain.values import ServingConfig, ServingMode
 from wingsmith.domain.workload import Workload
 from wingsmith.services.hub.handlers import delete_workload, place_workload
 
@@ -30,13 +37,26 @@ CLUSTERS = ("east", "west")
 PROJECTS = ("p", "q")
 
 
-def inventory(devices: int) -> tuple[Node, ...]:
-    return (Node(node_id="n1", device_class="H100", devices=devices),)
+NODES = st.lists(st.integers(0, 8), min_size=1, max_size=3)  # node sizes of a cluster
+
+
+def inventory(sizes: list[int]) -> tuple[Node, ...]:
+    return tuple(
+        Node(node_id=f"n{i}", device_class="H100", devices=d) for i, d in enumerate(sizes, 1)
+    )
+
+
+def config(per: int, disaggregated: bool = False) -> ServingConfig:
+    """`per` devices an engine worker: a replica of one, or of a prefill and a decode one."""
+    if not disaggregated:
+        return serving(devices_per_replica=per, parallelism={"tensor": per})
+    mode = ServingMode.DISAGGREGATED
+    return serving(devices_per_replica=2 * per, parallelism={"tensor": per}, mode=mode)
 
 
 class AdmissionMachine(RuleBasedStateMachine):
-    @initialize(totals=st.tuples(st.integers(0, 12), st.integers(0, 12)))
-    def start(self, totals: tuple[int, int]) -> None:
+    @initialize(totals=st.tuples(NODES, NODES))
+    def start(self, totals: tuple[list[int], list[int]]) -> None:
         self.ledger = Ledger()
         self.position = 0
         self.deployments: list[Deployment] = []
@@ -112,7 +132,8 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.skip([deployment])
 
     def assert_room(self, grown: Deployment, devices: int) -> None:
-        """Counted from the aggregates: what every other deployment holds."""
+        """Counted from the aggregates: what every other deployment holds; and on the nodes,
+        the new pods fit what live pods and others' grants not started yet leave."""
         total = self.clusters[grown.cluster_id].devices().get("H100", 0)
         quota = self.projects[grown.project].quota.get("H100", 0)
         others = [d for d in self.deployments if d is not grown]
@@ -120,6 +141,48 @@ class AdmissionMachine(RuleBasedStateMachine):
         by_project = sum(self.held(d) for d in others if d.project == grown.project)
         assert devices + in_cluster <= total, (devices, in_cluster, total)
         assert devices + by_project <= quota, (devices, by_project, quota)
+        pod = self.pod(grown)
+        assert pod is not None, "a worker that fits no node was admitted"
+        free = self.free_on_nodes(grown.cluster_id, others)
+        new = pods(devices - self.allocated(grown), pod)
+        assert not pack(free, new), (devices, pod, free)
+
+    def sizes(self, cluster_id: str) -> list[int]:
+        return [n.devices for n in self.clusters[cluster_id].nodes]
+
+    def pod(self, d: Deployment) -> int | None:
+        """Devices a pod of the deployment's workers has on its cluster's nodes."""
+        worker = d.serving.devices_per_worker
+        n = nodes_per_worker(worker, self.sizes(d.cluster_id))
+        return None if n is None else worker // n
+
+    def free_on_nodes(self, cluster_id: str, others: list[Deployment]) -> list[int]:
+        """Per node, in id order: its devices less the live pods there and the pods the others
+        may still start (first fit, largest first; those that fit nowhere left out)."""
+        live = [r for r in self.replicas if not r.terminated]
+        free = [
+            max(
+                n.devices
+                - sum(
+                    len(r.device_ids)
+                    for r in live
+                    if r.node_id == n.node_id and self.cluster_of(r) == cluster_id
+                ),
+                0,
+            )
+            for n in self.clusters[cluster_id].nodes
+        ]
+        wanted: dict[int, int] = {}
+        for d in others:
+            pod = self.pod(d)
+            if d.cluster_id == cluster_id and pod is not None:
+                for size, count in pods(self.held(d) - self.allocated(d), pod).items():
+                    wanted[size] = wanted.get(size, 0) + count
+        pack(free, wanted)
+        return free
+
+    def cluster_of(self, r: Replica) -> str:
+        return next(d.cluster_id for d in self.deployments if d.key == r.deployment_id)
 
     def allocated(self, d: Deployment) -> int:
         live = (r for r in self.replicas if r.deployment_id == d.key and not r.terminated)
@@ -140,31 +203,40 @@ class AdmissionMachine(RuleBasedStateMachine):
         cluster_id=st.sampled_from(CLUSTERS),
         project=st.sampled_from(PROJECTS),
         replicas=st.integers(0, 4),
-        per=st.integers(1, 3),
+        per=st.integers(1, 12),
+        disaggregated=st.booleans(),
     )
-    def create(self, cluster_id: str, project: str, replicas: int, per: int) -> None:
+    def create(
+        self, cluster_id: str, project: str, replicas: int, per: int, disaggregated: bool
+    ) -> None:
+        """`per` devices a worker: wider than a node at times."""
         d = Deployment.create(
             plane(),
             workload_id=f"w{len(self.deployments)}",
             cluster_id=cluster_id,
             project=project,
             device_class="H100",
-            serving=serving(devices_per_replica=per, parallelism={"tensor": per}),
+            serving=config(per, disaggregated),
             desired_replicas=replicas,
             authority=Authority.MANAGED,
         )
         self.deployments.append(d)
         self.feed(d)
 
-    @rule(project=st.sampled_from(PROJECTS), replicas=st.integers(0, 6), per=st.integers(1, 2))
-    def create_workload(self, project: str, replicas: int, per: int) -> None:
+    @rule(
+        project=st.sampled_from(PROJECTS),
+        replicas=st.integers(0, 6),
+        per=st.integers(1, 6),
+        disaggregated=st.booleans(),
+    )
+    def create_workload(self, project: str, replicas: int, per: int, disaggregated: bool) -> None:
         """Unpinned: placement chooses its clusters."""
         w = Workload.create(
             plane(),
             f"u{len(self.workloads)}",
             project=project,
             device_class="H100",
-            serving=serving(devices_per_replica=per, parallelism={"tensor": per}),
+            serving=config(per, disaggregated),
             replicas=replicas,
             cluster_pin=None,
         )
@@ -200,9 +272,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         """A new serving configuration, or back to the previous one (a revert)."""
         live = self.live_deployments()
         d = live[i % len(live)]
-        per = d.serving.devices_per_replica
-        new = serving(devices_per_replica=per, parallelism={"tensor": per}, engine_version=version)
-        d.change_serving_config(plane(), new)
+        d.change_serving_config(plane(), d.serving.model_copy(update={"engine_version": version}))
         self.feed(d)
 
     @precondition(lambda self: self.live_deployments())
@@ -228,9 +298,9 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.projects[project].set_quota(plane(), "H100", devices)
         self.feed(self.projects[project])
 
-    @rule(cluster_id=st.sampled_from(CLUSTERS), devices=st.integers(0, 12))
-    def report_inventory(self, cluster_id: str, devices: int) -> None:
-        self.clusters[cluster_id].report_inventory(cluster(), inventory(devices))
+    @rule(cluster_id=st.sampled_from(CLUSTERS), sizes=NODES)
+    def report_inventory(self, cluster_id: str, sizes: list[int]) -> None:
+        self.clusters[cluster_id].report_inventory(cluster(), inventory(sizes))
         self.feed(self.clusters[cluster_id])
 
     @precondition(lambda self: self.deployments)
@@ -251,11 +321,16 @@ class AdmissionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.deployments)
     @rule(i=st.integers(0, 50))
     def start_replica(self, i: int) -> None:
-        """A cluster starts replicas of the current configuration only within what was
-        granted (earlier configurations' replicas are those started before a rollout)."""
+        """A cluster starts pods of the current configuration only within what was granted
+        (earlier configurations' pods are those started before a rollout), each on the first
+        node with room for it."""
         d = self.deployments[i % len(self.deployments)]
-        per = d.serving.devices_per_replica
-        if self.allocated(d) + per > d.granted_devices:
+        per = self.pod(d)
+        if per is None or self.allocated(d) + per > d.granted_devices:
+            return
+        free = self.free_on_nodes(d.cluster_id, [])
+        node = next((k for k, f in enumerate(free) if f >= per), None)
+        if node is None:
             return
         n = len(self.replicas)
         devices = tuple(f"GPU-{n}-{k}" for k in range(per))
@@ -263,7 +338,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             cluster(),
             deployment_id=d.key,
             name=f"pod-{n}",
-            node_id="n1",
+            node_id=self.clusters[d.cluster_id].nodes[node].node_id,
             device_ids=devices,
             serving_digest=d.serving_digest,
             engine_version="0.9.2",
@@ -294,6 +369,12 @@ class AdmissionMachine(RuleBasedStateMachine):
         for name in PROJECTS:
             held = sum(self.held(d) for d in self.deployments if d.project == name)
             assert self.ledger.held_by_project.get((name, "H100"), 0) == held
+        on_node: dict[tuple[str, str], int] = {}
+        for r in self.replicas:
+            if not r.terminated:
+                where = (self.cluster_of(r), r.node_id)
+                on_node[where] = on_node.get(where, 0) + len(r.device_ids)
+        assert self.ledger.on_node == on_node
 
     @invariant()
     def placed_shares_add_up(self) -> None:
@@ -315,14 +396,22 @@ class AdmissionMachine(RuleBasedStateMachine):
                 queues = [*self.ledger.waiting_in.values(), *self.ledger.waiting_for.values()]
                 assert all(d.key not in queue for queue in queues)
 
-    def could_fit(self, slot: Any, reason: str) -> bool:
+    def could_fit(self, slot: Slot, reason: str) -> bool:
         """Waits for `reason` and could be admitted once others release, counted from the
-        aggregates."""
-        return (  # type: ignore[no-any-return]
+        aggregates: its workers' pods, too, would fit the cluster's nodes were they free."""
+        return (
             slot.reason == reason
             and slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
             and slot.wanted <= self.projects[slot.project].quota.get("H100", 0)
+            and self.pods_could_fit(slot)
         )
+
+    def pods_could_fit(self, slot: Slot) -> bool:
+        sizes = self.sizes(slot.cluster)
+        n = nodes_per_worker(slot.per_worker, sizes)
+        if n is None:
+            return False
+        return slot.desired * slot.workers * n <= room(sizes, slot.per_worker // n)
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
@@ -359,8 +448,8 @@ class PassMachine(AdmissionMachine):
     changed. The same safety holds at every decision, and the ledger equals the recount after
     every pass."""
 
-    @initialize(totals=st.tuples(st.integers(0, 12), st.integers(0, 12)))
-    def start(self, totals: tuple[int, int]) -> None:
+    @initialize(totals=st.tuples(NODES, NODES))
+    def start(self, totals: tuple[list[int], list[int]]) -> None:
         self.waiting: list[Event] = []
         self.passes = 0
         super().start(totals)
@@ -413,12 +502,12 @@ def test_a_pass_decides_once_for_a_deployment_back_where_it_stood() -> None:
     only device and u0 is short of quota again, as it was. The pass used to send both of
     u0's decisions; it sends none (test_admission.py has it on the bare ledger)."""
     state = PassMachine()
-    state.start(totals=(0, 0))
-    state.report_inventory(cluster_id="east", devices=1)
-    state.create_workload(per=2, project="q", replicas=5)
+    state.start(totals=([0], [0]))
+    state.report_inventory(cluster_id="east", sizes=[1])
+    state.create_workload(per=2, project="q", replicas=5, disaggregated=False)
     state.run_pass()
     state.set_quota(devices=10, project="q")
-    state.create(cluster_id="east", per=1, project="q", replicas=1)
+    state.create(cluster_id="east", per=1, project="q", replicas=1, disaggregated=False)
     state.run_pass()  # asserts one decision per deployment
     state.ledger_matches_a_recount()
     state.nobody_waits_for_room_that_is_there()

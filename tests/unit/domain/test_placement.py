@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wingsmith.domain.placement import RoomIndex, shares
+from wingsmith.domain.placement import RoomIndex, by_room, shares
 
 
 def place(
@@ -106,3 +106,34 @@ def test_the_index_skips_stale_entries_and_keeps_its_order() -> None:
     assert [c for c, _ in order] == ["c2", "c1", "c0", "c6", "c5", "c4"]
     assert [f for _, f in order] == sorted((f for _, f in order), reverse=True)
     assert list(index.most_free("H100")) == order  # reading gives back what it took
+
+
+def test_by_room_yields_most_room_first_reading_only_what_it_must() -> None:
+    """Room is what fits the nodes (never more than free): b has the most free devices but
+    room for none of the workload's pods, c fits no node at all."""
+    candidates = [("b", 10), ("a", 8), ("c", 7), ("d", 6), ("e", 1), ("f", 1)]
+    room = {"a": 8, "b": 0, "c": None, "d": 6, "e": 1, "f": 1}
+    read: list[str] = []
+
+    def fit(cluster: str, free: int) -> int | None:
+        read.append(cluster)
+        return room[cluster]
+
+    ordered = by_room(iter(candidates), fit, per_replica=2)
+    assert next(ordered) == ("a", 8)
+    assert read == ["b", "a"]  # c has at most 7 free: a comes first, c not yet counted
+    assert list(ordered) == [("d", 6), ("b", 0), ("e", 1), ("f", 1)]
+
+
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 20), min_size=1),
+    st.integers(1, 4),
+)
+def test_by_room_orders_by_room_while_any_has_room(free: dict[str, int], per: int) -> None:
+    index = RoomIndex()
+    for cluster, devices in free.items():
+        index.set(cluster, "H100", devices)
+    halved = list(by_room(index.most_free("H100"), lambda c, f: f // 2, per))
+    rooms = [r for _, r in halved if r >= per]
+    assert rooms == sorted(rooms, reverse=True)
+    assert {c for c, r in halved if r >= per} == {c for c, f in free.items() if f // 2 >= per}
