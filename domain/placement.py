@@ -74,6 +74,9 @@ class RoomIndex:
                 heapq.heappush(heap, entry)
 
 
+LOOK_AHEAD = 64
+
+
 def by_room(
     candidates: Iterable[tuple[str, int]],
     fit: Callable[[str, int], int | None],
@@ -83,11 +86,15 @@ def by_room(
     what `fit(cluster, free)` counts (never more than free: its pods must also fit the nodes;
     None: not a candidate). A candidate is yielded once none after it can have more room, so
     only those read are paid for. Once the free devices fall below one replica, none left has
-    room: they follow as they come."""
+    room: they follow as they come. At most LOOK_AHEAD candidates are read ahead of the one
+    yielded, so where rooms fall short of free devices on many clusters, the order is most room
+    first among the candidates read ahead."""
     ahead: list[tuple[int, int, str]] = []  # (-room, -free, cluster): read, not yet yielded
     stream = iter(candidates)
     for cluster, free in stream:
-        while ahead and -ahead[0][0] >= free:  # nothing from here on has more room
+        # nothing from here on has more room; or enough were read ahead (a fleet whose nodes
+        # are fragmented throughout is not scanned for the very best)
+        while ahead and (-ahead[0][0] >= free or len(ahead) >= LOOK_AHEAD):
             room, _, best = heapq.heappop(ahead)
             yield best, -room
         if free < per_replica:
