@@ -74,7 +74,7 @@ class RoomIndex:
                 heapq.heappush(heap, entry)
 
 
-LOOK_AHEAD = 64
+LOOK_AHEAD = 8
 
 
 def by_room(
