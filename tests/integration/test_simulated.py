@@ -361,3 +361,42 @@ async def test_a_refused_deployment_fails_and_recovers_once_the_refusal_is_lifte
     verbs = actions(read_store(settings.data_dir))
     assert verbs[0] == ("create", "wingsmith/chat", False, f"refused: Invalid: {said}")
     assert ("create", "wingsmith/chat", True, "no DynamoGraphDeployment yet") in verbs
+
+
+async def test_a_worker_wider_than_a_node_runs_on_whole_nodes_or_waits_saying_why(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """12 devices per replica on 8-device nodes: two pods of 6 on two nodes. A second such
+    replica finds 12 devices free in sum but no two nodes with 6, and waits with the numbers."""
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    nodes = {"east": [SimNode(f"east-n{i}", "H100", 8) for i in (1, 2, 3)]}
+    wide = LLAMA | {"devices_per_replica": 12, "parallelism": {"tensor": 4}}
+    async with running_hub(settings):
+        await command(
+            client, "q", "project.set_quota", project="p", device_class="H100", devices=24
+        )
+        async with simulated_operators(client, nodes, ready_after=0.1) as clusters:
+            await until_event(client, "cluster", "east", "InventoryReported")
+            body = pinned() | {"serving": wide, "replicas": 1}
+            await command(client, "w", "workload.create", **body)
+            await until_status(client, "chat--east", "one wide replica ready", serving(1))
+            assert (await view_of_render(client))["nodes_per_worker"] == 2
+            pods = list(clusters["east"].pods["chat--east"].values())
+            assert sorted(len(p.device_ids) for p in pods) == [6, 6]
+            assert len({p.node.node_id for p in pods}) == 2  # one pod per node
+
+            other = pinned("other") | {"serving": wide, "replicas": 1}
+            await command(client, "o", "workload.create", **other)
+
+            async def refused() -> dict[str, Any] | None:
+                admission = (await health(client, "other--east")).get("admission") or {}
+                return admission if admission.get("reason") == "insufficient_capacity" else None
+
+            await wait_for(refused, 30, "the second wide replica to wait for whole nodes")
+            evidence = (await refused() or {})["evidence"]
+            assert evidence["pod_devices"] == 6 and evidence["nodes_per_worker"] == 2
+            assert (evidence["pods_needed"], evidence["nodes_fitting"]) == (2, 1)
+            assert (
+                "other--east" not in clusters["east"].pods
+                or not clusters["east"].pods["other--east"]
+            )
