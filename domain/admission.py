@@ -225,6 +225,10 @@ class Ledger:
     changes: dict[Key, int] = field(default_factory=dict)
     short_in: dict[Key, set[str]] = field(default_factory=dict)  # last refused for the nodes
     node_room: dict[Key, tuple[int, list[int]]] = field(default_factory=dict)
+    # the pods each member may still start (what it claims, what it holds: size -> count),
+    # and their sums per (cluster, class): what per-node room packs, kept as members change
+    pods_of: dict[str, tuple[dict[int, int], dict[int, int]]] = field(default_factory=dict)
+    unstarted: dict[tuple[Key, bool], dict[int, int]] = field(default_factory=dict)
     # placement: what every deployment holds or wants per (cluster, class), the candidates by
     # room, the workloads, and those to place (again)
     claimed: dict[Key, int] = field(default_factory=dict)
@@ -316,6 +320,8 @@ class Ledger:
         else:
             self.nodes.pop(key, None)
             self.largest.pop(key, None)
+        for deployment_id in self.members.get(key, ()):  # pod sizes follow the largest node
+            self._count_pods(deployment_id, self.deployments[deployment_id])
         self._changed(key)
         return True
 
@@ -783,6 +789,7 @@ class Ledger:
     def _add(self, deployment_id: str, slot: Slot) -> list[str]:
         self.deployments[deployment_id] = slot
         self.members.setdefault((slot.cluster, slot.device_class), {})[deployment_id] = None
+        self._count_pods(deployment_id, slot)
         self._changed((slot.cluster, slot.device_class))
         self._claim(slot, slot.claim)
         if not slot.managed:  # observed: it runs already and is not admitted here
@@ -797,6 +804,7 @@ class Ledger:
         before, claim = slot.held, slot.claim
         for name, value in fields.items():
             setattr(slot, name, value)
+        self._count_pods(deployment_id, slot)
         self._changed((slot.cluster, slot.device_class))
         self._claim(slot, slot.claim - claim)
         moved = slot.held - before
@@ -959,6 +967,7 @@ class Ledger:
             members.pop(deployment_id, None)
             if not members:
                 del self.members[key]
+        self._count_pods(deployment_id, slot)
         self._changed(key)
 
     def _pod(self, key: Key, worker: int) -> tuple[int, int] | None:
@@ -977,17 +986,46 @@ class Ledger:
             max(devices - self.on_node.get((cluster, node), 0), 0)
             for node, devices in self.nodes.get(key, ())
         ]
-        wanted: dict[int, int] = {}
-        for deployment_id in self.members.get(key, ()):
-            slot = self.deployments[deployment_id]
-            unstarted = (slot.claim if claims else slot.held) - slot.allocated
-            pod = self._pod(key, slot.per_worker) if unstarted > 0 else None
-            if pod is None or deployment_id == exclude:
-                continue
-            for size, count in pods(unstarted, pod[1]).items():
-                wanted[size] = wanted.get(size, 0) + count
+        wanted = dict(self.unstarted.get((key, claims), {}))
+        own = self.pods_of.get(exclude) if exclude is not None else None
+        for size, count in (own[0 if claims else 1] if own else {}).items():
+            wanted[size] -= count
         pack(free, wanted)
         return free
+
+    def _count_pods(self, deployment_id: str, slot: Slot) -> None:
+        """Keep the unstarted pods of a (cluster, class) right after one of its deployments
+        changed: take out what it counted for, and put in what it counts for now."""
+        key = (slot.cluster, slot.device_class)
+        counted = self.pods_of.pop(deployment_id, None)
+        if counted is not None:
+            self._tally(key, counted, -1)
+        if deployment_id not in self.members.get(key, ()):
+            return
+        now = (
+            self._unstarted_pods(key, slot, slot.claim),
+            self._unstarted_pods(key, slot, slot.held),
+        )
+        if now[0] or now[1]:
+            self.pods_of[deployment_id] = now
+            self._tally(key, now, 1)
+
+    def _unstarted_pods(self, key: Key, slot: Slot, devices: int) -> dict[int, int]:
+        """The pods of `devices` (what it claims or holds) its replicas have not started."""
+        unstarted = devices - slot.allocated
+        pod = self._pod(key, slot.per_worker) if unstarted > 0 else None
+        return {} if pod is None else pods(unstarted, pod[1])
+
+    def _tally(self, key: Key, counted: tuple[dict[int, int], dict[int, int]], sign: int) -> None:
+        for claims, found in zip((True, False), counted, strict=True):
+            totals = self.unstarted.setdefault((key, claims), {})
+            for size, count in found.items():
+                if n := totals.get(size, 0) + sign * count:
+                    totals[size] = n
+                else:
+                    del totals[size]
+            if not totals:
+                del self.unstarted[(key, claims)]
 
     def _short_on_nodes(
         self, deployment_id: str, slot: Slot, wanted: int, counted: bool

@@ -375,6 +375,24 @@ class AdmissionMachine(RuleBasedStateMachine):
                 where = (self.cluster_of(r), r.node_id)
                 on_node[where] = on_node.get(where, 0) + len(r.device_ids)
         assert self.ledger.on_node == on_node
+        ledger = self.ledger
+        for (key, claims), totals in ledger.unstarted.items():  # kept as members change...
+            recount: dict[int, int] = {}
+            for deployment_id in ledger.members.get(key, ()):
+                slot = ledger.deployments[deployment_id]
+                devices = slot.claim if claims else slot.held
+                for size, count in ledger._unstarted_pods(key, slot, devices).items():
+                    recount[size] = recount.get(size, 0) + count
+            assert totals == recount, f"unstarted pods on {key} ({claims=})"
+        assert all(  # ...and no (cluster, class) with such pods is left out
+            (key, claims) in ledger.unstarted
+            for key, members in ledger.members.items()
+            for claims in (True, False)
+            if any(
+                ledger._unstarted_pods(key, s, s.claim if claims else s.held)
+                for s in map(ledger.deployments.__getitem__, members)
+            )
+        )
 
     @invariant()
     def placed_shares_add_up(self) -> None:
