@@ -23,7 +23,11 @@ the large one, a hundred small fleets (different seeds) are measured one after t
 alone in memory, and their best rounds added up. The baseline is the smallest fleet, so the
 ratio says how much more an event costs when the fleet is a hundred times larger.
 
-    python bench/admission.py [--rounds 3]
+    python bench/admission.py [--rounds 3] [--devices-per-replica 4]
+
+With `--devices-per-replica N` every replica is one pod of N devices on one node (clusters,
+quotas and starts scaled by N), so admission and placement count pods per node; at 1 they take
+the sums' shortcut.
 
 The last line is `admission_cost_ratio=<per-event cost at the largest fleet / at the smallest>`.
 """
@@ -42,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from wingsmith.domain.admission import Ledger, Slot
 
-DEVICES_PER_CLUSTER = 16
+DEVICES_PER_CLUSTER = 16  # at one device per replica; times the devices per replica
+PER_REPLICA = [1]  # devices per replica (--devices-per-replica)
 FLEETS = ((100, 1_000, 10), (10_000, 100_000, 1_000))  # clusters, workloads, projects
 
 
@@ -61,7 +66,8 @@ class Fleet:
             self.inventory(c)
         per_project = workloads * 3 // 2 // projects
         for p in range(projects):
-            self.event("QuotaSet", f"p{p}", device_class="H100", devices=per_project * 9 // 10)
+            quota = per_project * 9 // 10 * PER_REPLICA[0]
+            self.event("QuotaSet", f"p{p}", device_class="H100", devices=quota)
         self.workloads: list[str] = []
         for _ in range(workloads):
             self.create_workload()
@@ -92,7 +98,11 @@ class Fleet:
 
     def inventory(self, c: int) -> None:
         nodes = [
-            {"node_id": f"c{c}-n{n}", "device_class": "H100", "devices": DEVICES_PER_CLUSTER // 2}
+            {
+                "node_id": f"c{c}-n{n}",
+                "device_class": "H100",
+                "devices": DEVICES_PER_CLUSTER * PER_REPLICA[0] // 2,
+            }
             for n in range(2)
         ]
         self.event("InventoryReported", f"c{c}", nodes=nodes)
@@ -105,7 +115,7 @@ class Fleet:
             workload,
             project=f"p{len(self.workloads) % self.projects}",
             device_class="H100",
-            serving={"devices_per_replica": 1},
+            serving={"devices_per_replica": PER_REPLICA[0]},
             serving_digest="d1",
             replicas=self.rng.randint(1, 2),
             cluster_pin=None,
@@ -115,7 +125,7 @@ class Fleet:
         """A new serving configuration on the workload and each of its deployments."""
         planned = self.ledger.workloads[workload]
         digest = "d2" if planned.digest == "d1" else "d1"
-        serving = {"devices_per_replica": 1}
+        serving = {"devices_per_replica": PER_REPLICA[0]}
         self.event("WorkloadServingConfigChanged", workload, serving=serving, serving_digest=digest)
         for deployment in list(planned.deployments.values()):
             self.event("ServingConfigChanged", deployment, serving=serving, serving_digest=digest)
@@ -130,14 +140,16 @@ class Fleet:
         elif roll < 0.5 and planned.deployments:  # only within what was granted
             deployment = self.rng.choice(list(planned.deployments.values()))
             slot = self.deployments[deployment]
-            if slot.allocated < slot.granted:
+            per = PER_REPLICA[0]
+            if slot.allocated + per <= slot.granted:
                 replica = f"r{self.position}"
                 self.replicas.append((replica, deployment))
                 self.event(
                     "ReplicaStarted",
                     replica,
                     deployment_id=deployment,
-                    device_ids=["GPU-0"],
+                    device_ids=[f"GPU-{i}" for i in range(per)],
+                    node_id=f"{slot.cluster}-n{self.rng.randrange(2)}",
                     serving_digest=slot.digest,
                 )
         elif roll < 0.72 and self.replicas:
@@ -156,7 +168,8 @@ class Fleet:
             self.event("ClusterReachable" if reachable else "ClusterUnreachable", f"c{c}")
         else:
             p = self.rng.randrange(self.projects)
-            self.event("QuotaSet", f"p{p}", device_class="H100", devices=self.rng.randint(100, 180))
+            devices = self.rng.randint(100, 180) * PER_REPLICA[0]
+            self.event("QuotaSet", f"p{p}", device_class="H100", devices=devices)
 
 
 def timed(fleet: Fleet, events: int) -> float:
@@ -170,7 +183,9 @@ def timed(fleet: Fleet, events: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--devices-per-replica", type=int, default=1)
     args = parser.parse_args()
+    PER_REPLICA[0] = args.devices_per_replica
     costs = []
     for clusters, workloads, projects in FLEETS:
         copies = FLEETS[-1][1] // workloads  # as many small fleets as make one large one
