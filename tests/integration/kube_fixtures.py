@@ -239,6 +239,23 @@ async def kube_emulator(
 # --- object builders -----------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def running_operator(
+    client: Any, backend: Any, *, read_only: bool = False
+) -> AsyncIterator[None]:
+    """The operator for cluster `east` on `backend`, running until the block ends."""
+    from wingsmith.services.operator.runtime import OperatorOptions, run_operator
+
+    options = OperatorOptions(cluster_id="east", read_only=read_only, heartbeat_every=0.5)
+    task = asyncio.create_task(run_operator(client, backend, options))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def write_kubeconfig(path: Path, server_url: str) -> Path:
     """A kubeconfig whose current context reaches `server_url` with a bearer token."""
     path.write_text(

@@ -4,7 +4,6 @@ engine_args equal to what the engine runs with, rewrites nothing either: no rest
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,10 +16,16 @@ from wingsmith.adapters.kube import Kube
 from wingsmith.services.hub.wiring import Hub
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.inspect import load_manifest
-from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import send_until_answered, wait_for
-from .kube_fixtures import NAMESPACE, cluster_create, kube_emulator, node, write_requests
+from .kube_fixtures import (
+    NAMESPACE,
+    cluster_create,
+    kube_emulator,
+    node,
+    running_operator,
+    write_requests,
+)
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "dgd" / "vllm-agg-v1beta1.yaml"
 DISCOVERY = "east--wingsmith--qwen3-chat"
@@ -32,14 +37,8 @@ async def operator_on_kmock(
 ) -> AsyncIterator[tuple[kmock.KubernetesEmulator, Kube, KubeBackend]]:
     async with kube_emulator() as (emulator, _, kube):
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=False)
-        options = OperatorOptions(cluster_id="east", heartbeat_every=0.5)
-        task = asyncio.create_task(run_operator(client, backend, options))
-        try:
+        async with running_operator(client, backend):
             yield emulator, kube, backend
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def command(client: Client, verb: str, **body: Any) -> dict[str, Any]:

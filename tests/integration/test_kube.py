@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import kmock
 import pytest
@@ -27,6 +26,7 @@ from tests.integration.kube_fixtures import (
     pod,
     requests,
     resource,
+    status_body,
     until_synced,
     wait_until,
     write_kubeconfig,
@@ -36,17 +36,6 @@ from wingsmith.adapters.kube import selector_matcher as matcher
 
 DGD: Kind = "dgd/v1beta1"
 WATCH, LIST, UPDATE = kmock.action.WATCH, kmock.action.LIST, kmock.action.UPDATE
-
-
-def status(code: int, reason: str, message: str = "") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Status",
-        "status": "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-    }
 
 
 # --- reads and writes ----------------------------------------------------------------------------
@@ -116,7 +105,7 @@ async def test_errors_are_named_with_status_and_reason() -> None:
         (
             emulator[kmock.action.FETCH, resource(DGD), kmock.name("sick")]
             << 500
-            << status(500, "InternalError", "etcd is sad")
+            << status_body(500, "InternalError", "etcd is sad")
         )
         with pytest.raises(KubeError) as failed:
             await kube.get_dgd(NAMESPACE, "sick")
@@ -233,7 +222,7 @@ async def test_informer_relists_on_410_and_reports_what_vanished(gone: str) -> N
         a, b = dgd("a"), dgd("b")
         await kube.create_dgd(a)
         await kube.create_dgd(b)
-        expired = status(410, "Expired", "too old resource version: 1 (500)")
+        expired = status_body(410, "Expired", "too old resource version: 1 (500)")
         # kmock never expires a resourceVersion: script the first watch's answer.
         watch = emulator[WATCH, resource(DGD)][:1]
         if gone == "http-status":
@@ -259,7 +248,7 @@ async def test_informer_relists_on_410_and_reports_what_vanished(gone: str) -> N
 async def test_informer_retries_a_failing_list() -> None:
     async with kube_emulator() as (emulator, _, kube):
         await kube.create_dgd(dgd("a"))
-        emulator[LIST, resource(DGD)][:2] << 503 << status(503, "ServiceUnavailable")
+        emulator[LIST, resource(DGD)][:2] << 503 << status_body(503, "ServiceUnavailable")
         async with kube.informer(DGD, NAMESPACE) as changes:
             assert names(await until_synced(changes)) == [("ADDED", "a")]
         assert len(requests(emulator, LIST, DGD)) == 3

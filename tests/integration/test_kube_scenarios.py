@@ -9,7 +9,6 @@ its pods as those would."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -26,7 +25,6 @@ from wingsmith.services.hub.wiring import Hub
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import LABEL_DEPLOYMENT, deployment_label
 from wingsmith.services.operator.inspect import load_manifest
-from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import LLAMA, send_until_answered, wait_for
 from .kube_fixtures import (
@@ -41,6 +39,7 @@ from .kube_fixtures import (
     pod,
     requests,
     resource,
+    running_operator,
     status_body,
     write_requests,
 )
@@ -62,14 +61,8 @@ async def operator(
     async with kube_emulator(kinds) as (emulator, _, kube):
         emulator.max_name = max_name
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=False, refused_again=refused_again)
-        options = OperatorOptions(cluster_id="east", heartbeat_every=0.5)
-        task = asyncio.create_task(run_operator(client, backend, options))
-        try:
+        async with running_operator(client, backend):
             yield Cluster(emulator, client, backend)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def status_of(report: dict[str, Any]) -> dict[str, Any]:

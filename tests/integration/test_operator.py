@@ -5,7 +5,6 @@ replicas, status, inventory and discoveries."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,7 +26,6 @@ from wingsmith.services.operator.dgd import (
     render_dgd,
 )
 from wingsmith.services.operator.inspect import load_manifest
-from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import wait_for
 from .kube_fixtures import (
@@ -39,6 +37,7 @@ from .kube_fixtures import (
     node,
     pod,
     requests,
+    running_operator,
     write_requests,
 )
 
@@ -127,14 +126,8 @@ async def operator(
     await nats_bus.ensure_streams(client)
     async with kube_emulator() as (emulator, _, kube):
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=read_only, api_version=api_version)
-        options = OperatorOptions(cluster_id="east", read_only=read_only, heartbeat_every=0.5)
-        task = asyncio.create_task(run_operator(client, backend, options))
-        try:
+        async with running_operator(client, backend, read_only=read_only):
             yield Cluster(emulator, client, backend)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def workers(dgd: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ the cluster too, in the same generation and serving digest (no rollout)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,10 +17,9 @@ from wingsmith.domain.pods import PodNeeds
 from wingsmith.services.hub.wiring import Hub
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import LABEL_GENERATION, LABEL_SERVING_DIGEST
-from wingsmith.services.operator.runtime import OperatorOptions, run_operator
 
 from .conftest import wait_for
-from .kube_fixtures import NAMESPACE, cluster_create, kube_emulator, node
+from .kube_fixtures import NAMESPACE, cluster_create, kube_emulator, node, running_operator
 from .test_adoption import command, events
 
 DEFAULTS = PodNeeds.model_validate(
@@ -50,14 +48,8 @@ async def operator_with_defaults(
 ) -> AsyncIterator[tuple[kmock.KubernetesEmulator, Kube, KubeBackend]]:
     async with kube_emulator() as (emulator, _, kube):
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=False, pod_defaults=DEFAULTS)
-        options = OperatorOptions(cluster_id="east", heartbeat_every=0.5)
-        task = asyncio.create_task(run_operator(client, backend, options))
-        try:
+        async with running_operator(client, backend):
             yield emulator, kube, backend
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def worker(dgd: dict[str, Any]) -> dict[str, Any]:
