@@ -66,9 +66,10 @@ class KindNotServed(KubeNotFound):
 
 
 class Change(NamedTuple):
-    """One informer event. RELISTING and SYNCED carry an empty obj: a (re)list's changes
-    follow, in key order rather than resourceVersion order, until SYNCED says the consumer's
-    view is complete again."""
+    """One informer event. RELISTING carries an empty obj: a (re)list's changes follow, in key
+    order rather than resourceVersion order, until SYNCED says the consumer's view is complete
+    again. SYNCED's obj holds only `metadata.resourceVersion`: the list's, which the view is
+    as of (higher than any of its objects' when one was deleted since they last changed)."""
 
     type: Literal["ADDED", "MODIFIED", "DELETED", "RELISTING", "SYNCED"]
     obj: Obj
@@ -427,8 +428,8 @@ class Informer:
         changes += [c for item in fresh.values() if (c := self._upsert(item)) is not None]
         for key in [k for k in self.objects if k not in fresh]:
             changes.append(Change("DELETED", self.objects.pop(key)))
-        changes.append(Change("SYNCED", {}))
         rv = str(listing.get("metadata", {}).get("resourceVersion") or "")
+        changes.append(Change("SYNCED", {"metadata": {"resourceVersion": rv}}))
         return rv, changes
 
     async def _open_watch(self, rv: str) -> aiohttp.ClientResponse:

@@ -1,11 +1,12 @@
 """Shared Kubernetes test fixtures: a kmock API emulator served over real HTTP, a `Kube` pointed
 at it, object builders, and helpers that change the emulated cluster and read its request log.
 
-kmock stores objects and streams watch events, but it assigns no resourceVersions, ignores
-selectors and never answers 410; tests that need those script kmock's responses themselves.
-`DynamoEmulator` adds what a real API server with Dynamo's webhooks does to DGDs: server-side
-apply (each field manager's fields; fields a manager stops applying are removed) and the
-validating webhook's refusals of changes it forbids in place, answered 422 with a Status.
+kmock stores objects and streams watch events, but it ignores selectors and never answers 410;
+tests that need those script kmock's responses themselves. `DynamoEmulator` adds what a real
+API server does: a resourceVersion on every write (etcd's revision, in the order watches see
+them, and a list's own); and what it does with Dynamo's webhooks to DGDs: server-side apply
+(each field manager's fields; fields a manager stops applying are removed) and the validating
+webhook's refusals of changes it forbids in place, answered 422 with a Status.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ KIND_NAMES: dict[Kind, str] = {
 
 
 APPLY_PATCH = "application/apply-patch+yaml"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WEBHOOK = 'admission webhook "vdynamographdeployment.kb.io" denied the request'
 
 
@@ -56,9 +58,47 @@ class DynamoEmulator(kmock.KubernetesEmulator):
     longest DGD name admitted (a real API server: 253)."""
 
     max_name: int = 253
+    revisions: bool = True  # False: kmock's own way, for tests that script resourceVersions
     applied: dict[tuple[str, str, str, str], Obj] = attrs.field(factory=dict, init=False)
+    _revision: int = attrs.field(default=0, init=False)  # the last one given
+    _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if not self.revisions or request.resource is None or request.method.value not in WRITES:
+            return await self._handle_dgd(request)
+        async with self._writes:  # one write at a time: watches see revisions in order
+            self._revision += 1
+            revision = str(self._revision)
+            if request.method.value == "DELETE":
+                self._stamp_stored(request, revision)
+                return await self._handle_dgd(request)
+            if not isinstance(sent := request.data, dict):
+                return await self._handle_dgd(request)
+            # the object written carries it; the request log keeps what the client sent
+            # (kmock's requests are frozen, and a copy would lose how kmock routes them)
+            stamped = copy.deepcopy(sent)
+            stamped.setdefault("metadata", {})["resourceVersion"] = revision
+            object.__setattr__(request, "data", stamped)
+            try:
+                return await self._handle_dgd(request)
+            finally:
+                object.__setattr__(request, "data", sent)
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        """A list is as of the last revision, as a real API server's is."""
+        listing: Any = await super()._serve_list(request)
+        if self.revisions:
+            listing["metadata"]["resourceVersion"] = str(self._revision)
+        return listing
+
+    def _stamp_stored(self, request: kmock.Request, revision: str) -> None:
+        """The next resourceVersion, as etcd's revision on every write (kmock gives none)."""
+        assert request.resource is not None and request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        if key in self._objects and not self._objects[key].deleted:
+            self._objects[key].patch({"metadata": {"resourceVersion": revision}})
+
+    async def _handle_dgd(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         res = request.resource
         if res is None or res.plural != "dynamographdeployments" or request.subresource:
             return await super()._handle(request)
@@ -216,13 +256,13 @@ def merge_patch(current: Obj, patch: Obj) -> Obj:
 
 @contextlib.asynccontextmanager
 async def kube_emulator(
-    kinds: Iterable[Kind] = tuple(RESOURCES), **kube_options: Any
+    kinds: Iterable[Kind] = tuple(RESOURCES), *, revisions: bool = True, **kube_options: Any
 ) -> AsyncIterator[tuple[DynamoEmulator, kmock.Server, Kube]]:
     """A kmock emulator serving `kinds` (and DGD scaling adapters where it serves DGDs) over
     HTTP and a connected `Kube`, with a short backoff so that retries do not slow tests down
     (override with `backoff=(first, cap)`)."""
     kube_options.setdefault("backoff", (0.01, 0.05))
-    async with DynamoEmulator() as emulator, kmock.Server(emulator) as server:
+    async with DynamoEmulator(revisions=revisions) as emulator, kmock.Server(emulator) as server:
         for kind in kinds:
             r = RESOURCES[kind]
             info = kmock.ResourceInfo(kind=KIND_NAMES[kind], namespaced=r.namespaced)
@@ -391,8 +431,7 @@ def requests(
 def write_requests(emulator: kmock.KubernetesEmulator) -> list[kmock.Request]:
     """Every request the code under test sent that would change the cluster, whatever its
     kind: read-only code must leave this empty."""
-    writes = {"POST", "PUT", "PATCH", "DELETE"}
-    return [r for r in emulator if r.method.value in writes and from_adapter(r)]
+    return [r for r in emulator if r.method.value in WRITES and from_adapter(r)]
 
 
 # --- consuming informers -----------------------------------------------------------------------

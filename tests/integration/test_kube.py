@@ -1,8 +1,9 @@
 """The Kubernetes adapter against kmock over real HTTP, through the real kubernetes_asyncio client.
 
-kmock keeps objects and streams their changes, but never ends a watch, never answers 410, sets
-no resourceVersions and ignores selectors. Where a test needs one of those, it scripts kmock's
-response to the first matching request; later requests fall through to the emulator.
+kmock keeps objects and streams their changes, but never ends a watch, never answers 410 and
+ignores selectors (the emulator adds resourceVersions). Where a test needs one of those, it
+scripts kmock's response to the first matching request; later requests fall through to the
+emulator.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ async def test_informer_lists_then_watches_changes() -> None:
         # kmock only recognises the lower-case spelling; a real server accepts it as well.
         assert watched.params["watch"] == "true"
         assert watched.params["allowWatchBookmarks"] == "true"
-        assert watched.params["resourceVersion"] == "..."  # kmock's list resourceVersion
+        assert watched.params["resourceVersion"] == "2"  # the list's: after two writes
         assert all("True" not in r.params.values() for r in emulator)
 
 
@@ -180,11 +181,12 @@ BOOKMARK = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "13"}
 async def test_informer_rewatches_from_the_last_resource_version(
     ending: str, resumes_at: str
 ) -> None:
-    async with kube_emulator() as (emulator, _, kube):
+    async with kube_emulator(revisions=False) as (emulator, _, kube):
         await kube.create_dgd(dgd("a"))
         b = dgd("b")
         b["metadata"]["resourceVersion"] = "12"
-        # kmock's watches never end and carry no resourceVersions: script the first one. It
+        # kmock's watches never end, and these carry resourceVersions of the test's choosing
+        # (the emulator gives none): script the first one. It
         # sends b, waits until the test has seen b (so nothing is lost in the socket when the
         # connection is cut), then ends its own way.
         seen_b = asyncio.Event()

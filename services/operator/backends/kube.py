@@ -401,14 +401,14 @@ class KubeBackend:
         if change.type == "RELISTING":  # until SYNCED the cache mixes old and new: no sync
             self._synced.discard(cache)
             return
+        obj, gone = change.obj, change.type == "DELETED"
+        if cache == "pod":  # a list's own version covers the deletions it no longer shows
+            self._pods_seen = max(self._pods_seen, _version(obj.get("metadata", {})))
         if change.type == "SYNCED":
             self._synced.add(cache)
             if cache == "node":
                 await self._report_inventory()
             return
-        obj, gone = change.obj, change.type == "DELETED"
-        if cache == "pod":
-            self._pods_seen = max(self._pods_seen, _version(obj.get("metadata", {})))
         if cache == "pod":
             self._index_pod(self._cache["pod"].get(_key(obj)), obj, gone)
         if gone:
@@ -567,9 +567,9 @@ class KubeBackend:
 
     def snapshot(self, only: str | None = None) -> list[SyncReport] | None:
         """Every deployment this operator was told of (removed ones too), or `only` that one,
-        with each worker pod it has, as of the highest pod resourceVersion seen: every pod
-        change up to it is in the cache. None until the pods have been listed, and while a
-        relist is being replayed."""
+        with each worker pod it has, as of the highest resourceVersion of the pods' lists and
+        changes seen: every pod change up to it is in the cache. None until the pods have been
+        listed, and while a relist is being replayed."""
         if "pod" not in self._synced:
             return None
         # a removed deployment is synced while it has pods, or when asked for (its removal
