@@ -29,7 +29,7 @@ def sim_fault(parser: argparse.ArgumentParser) -> None:
         choices=list(SIMULATED_FAULTS),
         help="image_pull, crash_loop, oom_kill: pods fail (transient); refuse: the API server "
         "refuses the deployment (permanent); clear: ends them; run_model: start a model nobody "
-        "declared, for the operator to discover",
+        "declared, for the operator to discover; model_loaded: one run with --loading is ready",
     )
     parser.add_argument("--node", help="for node_loss and node_restore")
     parser.add_argument(
@@ -37,8 +37,9 @@ def sim_fault(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reason", help="refuse: the API server's reason (default Invalid)")
     parser.add_argument("--message", help="refuse: the API server's message")
-    parser.add_argument("--name", help="run_model, stop_model: its DynamoGraphDeployment name")
-    parser.add_argument("--namespace", default="default", help="run_model, stop_model")
+    models = "run_model, model_loaded, stop_model"
+    parser.add_argument("--name", help=f"{models}: its DynamoGraphDeployment name")
+    parser.add_argument("--namespace", default="default", help=models)
     parser.add_argument("--model", default="Qwen/Qwen3-8B", help="run_model")
     parser.add_argument("--backend", default="vllm", choices=[b.value for b in EngineBackend])
     parser.add_argument(
@@ -56,6 +57,11 @@ def sim_fault(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--args", default="", help="run_model: the engine's flags, e.g. '--max-model-len 8192'"
     )
+    parser.add_argument(
+        "--loading",
+        action="store_true",
+        help="run_model: its pods stay not ready until model_loaded (weights still loading)",
+    )
     parser.set_defaults(run=_sim_fault)
 
 
@@ -65,16 +71,17 @@ async def _sim_fault(args: argparse.Namespace) -> int:
         body["replicas"] = args.replicas
     if args.fault == "refuse":
         body |= {"reason": args.reason, "message": args.message}
-    if args.fault in {"run_model", "stop_model"}:
+    if args.fault in {"run_model", "model_loaded", "stop_model"}:
+        body |= {"namespace": args.namespace, "name": args.name}
+    if args.fault == "run_model":
         body |= {
-            "namespace": args.namespace,
-            "name": args.name,
             "model": args.model,
             "backend": args.backend,
             "engine_version": args.engine_version,
             "replicas": 1 if args.replicas is None else args.replicas,
             "gpus": args.gpus,
             "args": shlex.split(args.args),
+            "loading": args.loading,
         }
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:

@@ -228,12 +228,11 @@ async def test_a_promoted_model_whose_pod_becomes_ready_after_adoption_is_ready(
     nodes = {"east": [SimNode("east-n1", "H100", 4)]}
     async with running_hub(settings):
         await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=4)
-        async with simulated_operators(
-            client, nodes, ready_after=3.0, heartbeat_every=0.3, sync_every=600
-        ):
+        async with simulated_operators(client, nodes, heartbeat_every=0.3, sync_every=600):
             await until_event(client, "cluster", "east", "OperatorConnected")
             model = {"model": "q", "backend": "vllm", "engine_version": "1", "gpus": 1}
-            fault = {"fault": "run_model", "name": "qwen"} | model
+            # its pod loads until the test says it has loaded: ready only after adoption
+            fault = {"fault": "run_model", "name": "qwen", "loading": True} | model
             await nats_bus.request(client, names.fault_subject("east"), orjson.dumps(fault), 5)
 
             async def sighted() -> bool:
@@ -250,7 +249,10 @@ async def test_a_promoted_model_whose_pod_becomes_ready_after_adoption_is_ready(
 
             await wait_for(adopted_before_ready, 20, "the adopted deployment's first status")
             first = (await health(client, "qwen--east"))["status"]
-            assert first["ready_replicas"] == 0, "the pod was ready before adoption: too slow"
+            assert first["ready_replicas"] == 0, "the pod was ready before it loaded"
+            loaded = orjson.dumps({"fault": "model_loaded", "name": "qwen"})
+            reply = await nats_bus.request(client, names.fault_subject("east"), loaded, 5)
+            assert orjson.loads(reply) == {"ok": True}
 
             async def ready() -> bool:
                 status = (await health(client, "qwen--east")).get("status") or {}

@@ -26,7 +26,9 @@ refusing a deployment's DynamoGraphDeployment (permanent: the cluster phase is `
 Models nobody declared, the same way: `{"fault": "run_model", "namespace": NS, "name": NAME,
 "model": M, "backend": B, "engine_version": V, "replicas": N, "gpus": G, "args": [...]}` starts
 one on the cluster (as if someone had applied a DynamoGraphDeployment by hand), which the
-operator reports as discovered; `stop_model` (namespace, name) removes it. Once a deployment
+operator reports as discovered; with `"loading": true` its pods stay not ready until
+`model_loaded` (namespace, name), as a large model's do while its weights load; `stop_model`
+(namespace, name) removes it. Once a deployment
 adopts it, its pods are reported as that deployment's replicas; promoted to managed, the
 deployment takes them over without restarting them.
 """
@@ -133,7 +135,16 @@ _MESSAGES = {  # what a pod shows, as the kubelet words it; `{pod}` is the pod's
 REFUSED = "Invalid"  # the API server's reason for a refusal, unless the request names one
 _REASON = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")  # a StatusCondition's reason
 Verb = Literal["create", "apply", "delete"]  # the writes it makes (server-side apply)
-FAULTS = ("node_loss", "node_restore", *POD_FAULTS, "refuse", "clear", "run_model", "stop_model")
+FAULTS = (
+    "node_loss",
+    "node_restore",
+    *POD_FAULTS,
+    "refuse",
+    "clear",
+    "run_model",
+    "model_loaded",
+    "stop_model",
+)
 
 
 @dataclass
@@ -188,6 +199,7 @@ class SimulatedCluster:
         self.faults: dict[str, PodFault] = {}  # deployment id -> how some of its pods fail
         self.refused: dict[str, tuple[str, str]] = {}  # deployment id -> (reason, message)
         self.foreign: dict[str, dict[str, Any]] = {}  # `ns/name` -> sighting of a model run by hand
+        self.loading: set[str] = set()  # pods of such models not ready until `model_loaded`
         # Pod names and report versions go on across restarts, as a real cluster's do: a new
         # start neither reuses a name nor orders its reports before the last start's.
         self._instance = uuid.uuid4().hex[:5]
@@ -326,6 +338,8 @@ class SimulatedCluster:
                     return {"ok": False, "error": str(e)}
             elif fault in {"run_model", "stop_model"}:
                 reply = await self._foreign_model(request, run=fault == "run_model")
+            elif fault == "model_loaded":
+                reply = await self._model_loaded(request)
             else:
                 return {"ok": False, "error": f"fault: one of {', '.join(FAULTS)}"}
             await self._catch_up()
@@ -408,6 +422,9 @@ class SimulatedCluster:
         if key in self.foreign:
             return {"ok": False, "error": f"name: {key!r} runs already"}
         replicas, gpus = int(request.get("replicas", 1)), int(request.get("gpus", 1))
+        loading = request.get("loading", False)
+        if not isinstance(loading, bool):
+            return {"ok": False, "error": "loading: true or false"}
         want = {
             "workload_id": name,
             "device_class": self.nodes[0].device_class,
@@ -423,6 +440,8 @@ class SimulatedCluster:
                     await self._terminate_replica(owner, each)
                 return {"ok": False, "error": "replicas: not enough free devices"}
             started.append(new)
+        if loading:
+            self.loading.update(pod.name for each in started for pod in each)
         self.foreign[key] = {
             "namespace": namespace,
             "name": name,
@@ -443,6 +462,18 @@ class SimulatedCluster:
             "tensor_parallel": gpus,
         }
         await self._report_sighting(key)
+        return {"ok": True}
+
+    async def _model_loaded(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A model run by hand with `loading` has loaded: its pods are ready now, whichever
+        deployment holds them."""
+        key = f"{request.get('namespace') or 'default'}/{request.get('name')}"
+        if key not in self.foreign:
+            return {"ok": False, "error": f"name: no model {key!r} runs here"}
+        for deployment_id, pods in list(self.pods.items()):
+            for pod in [p for p in pods.values() if p.name in self.loading]:
+                self.loading.discard(pod.name)
+                await self._ready(deployment_id, pod)
         return {"ok": True}
 
     async def _adopt(self, deployment_id: str, want: Mapping[str, Any]) -> None:
@@ -677,17 +708,20 @@ class SimulatedCluster:
         async with self._lock:
             # under its deployment, or the one that adopted it meanwhile; else terminated
             owners = [d for d, pods in self.pods.items() if pods.get(pod.name) is pod]
-            if not owners or pod.ready or pod.fault is not None:
-                return  # gone, ready already, or failing until its fault is cleared
-            deployment_id = owners[0]
-            pod.ready = True
-            await self._report_replica(deployment_id, pod, ReplicaState.READY)
-            await self._reconcile(deployment_id)
+            if not owners or pod.ready or pod.fault is not None or pod.name in self.loading:
+                return  # gone, ready already, failing until its fault is cleared, or loading
+            await self._ready(owners[0], pod)
             await self._catch_up()
             self._save()
 
+    async def _ready(self, deployment_id: str, pod: Pod) -> None:
+        pod.ready = True
+        await self._report_replica(deployment_id, pod, ReplicaState.READY)
+        await self._reconcile(deployment_id)
+
     async def _terminate(self, deployment_id: str, pod: Pod) -> None:
         del self.pods[deployment_id][pod.name]
+        self.loading.discard(pod.name)
         if not pod.node.lost:
             pod.node.free += pod.device_ids
             self._freed = True

@@ -212,6 +212,21 @@ async def test_a_fault_request_names_what_it_is_for() -> None:
         assert not kinds["ok"] and "image_pull" in kinds["error"] and "refuse" in kinds["error"]
 
 
+async def test_a_loading_model_is_ready_only_once_it_has_loaded() -> None:
+    model = {"fault": "run_model", "name": "qwen", "engine_version": "1", "gpus": 1}
+    async with running(nodes(1, 4)) as run:
+        bad = await run.fault(**model, loading="yes")
+        assert not bad["ok"] and "loading" in bad["error"]
+        unknown = await run.fault(fault="model_loaded", name="qwen")
+        assert not unknown["ok"] and "no model 'default/qwen'" in unknown["error"]
+        assert (await run.fault(**model, loading=True))["ok"]
+        await asyncio.sleep(READY_AFTER * 3)
+        [pod] = run.cluster.pods["dgd:default/qwen"].values()
+        assert not pod.ready
+        assert (await run.fault(fault="model_loaded", name="qwen"))["ok"]
+        assert pod.ready
+
+
 async def test_every_write_is_recorded_and_one_held_back_once() -> None:
     async with running(nodes(1, 4)) as run:
         await run.cluster.apply("chat--east", render())
