@@ -149,7 +149,8 @@ class Fleet:
                     replica,
                     deployment_id=deployment,
                     device_ids=[f"GPU-{i}" for i in range(per)],
-                    node_id=f"{slot.cluster}-n{self.rng.randrange(2)}",
+                    # not drawn from rng: the churn stays the same whatever the pod size
+                    node_id=f"{slot.cluster}-n{len(self.replicas) % 2}",
                     serving_digest=slot.digest,
                 )
         elif roll < 0.72 and self.replicas:

@@ -226,7 +226,10 @@ class Ledger:
     short_in: dict[Key, set[str]] = field(default_factory=dict)  # last refused for the nodes
     node_room: dict[Key, tuple[int, list[int]]] = field(default_factory=dict)
     # the pods each member may still start (what it claims, what it holds: size -> count),
-    # and their sums per (cluster, class): what per-node room packs, kept as members change
+    # and their sums per (cluster, class): what per-node room packs, kept as members change.
+    # Counted only on the (cluster, class)es whose room per node was once asked for: where
+    # no pod is wider than a device, or there is one node, the sums decide and nothing is.
+    counting: set[Key] = field(default_factory=set)
     pods_of: dict[str, tuple[dict[int, int], dict[int, int]]] = field(default_factory=dict)
     unstarted: dict[tuple[Key, bool], dict[int, int]] = field(default_factory=dict)
     # placement: what every deployment holds or wants per (cluster, class), the candidates by
@@ -973,7 +976,10 @@ class Ledger:
     def _pod(self, key: Key, worker: int) -> tuple[int, int] | None:
         """(nodes per worker, devices per pod) for a worker of this many devices there; None
         when no node of the class could hold a pod of it (domain/nodes.py)."""
-        n = span(worker, self.largest.get(key, 0))
+        largest = self.largest.get(key, 0)
+        if worker == 1:  # the common case, without a call
+            return (1, 1) if largest >= 1 else None
+        n = span(worker, largest)
         return None if n is None else (n, worker // n)
 
     def _free_on_nodes(self, key: Key, claims: bool, exclude: str | None = None) -> list[int]:
@@ -981,6 +987,10 @@ class Ledger:
         and so are the pods every other deployment may still start (what it holds or, with
         `claims`, what placement counts it for, less what its replicas hold), first fit,
         largest first. Pods that fit no node are left to the sums."""
+        if key not in self.counting:  # asked for the first time here: count from now on
+            self.counting.add(key)
+            for deployment_id in self.members.get(key, ()):
+                self._count_pods(deployment_id, self.deployments[deployment_id])
         cluster = key[0]
         free = [
             max(devices - self.on_node.get((cluster, node), 0), 0)
@@ -997,6 +1007,8 @@ class Ledger:
         """Keep the unstarted pods of a (cluster, class) right after one of its deployments
         changed: take out what it counted for, and put in what it counts for now."""
         key = (slot.cluster, slot.device_class)
+        if key not in self.counting:
+            return
         counted = self.pods_of.pop(deployment_id, None)
         if counted is not None:
             self._tally(key, counted, -1)
