@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	@rm -f .coverage .coverage.*
-	$(BIN)/coverage run -m pytest -q
+	$(BIN)/coverage run -m pytest -q --durations=20
 	@$(BIN)/coverage combine -q
 	@echo "coverage: $$($(BIN)/coverage report --format=total)% of wingsmith's lines, counting" \
 		"the processes the tests start (per file: $(BIN)/coverage report)"
