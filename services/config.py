@@ -87,6 +87,7 @@ class Settings:
     intake_max_lag: float = 0.25  # seconds the scheduler may be behind before clients wait
     operator_sync_every: float = 60.0  # seconds between an operator's full reports (syncs)
     operator_pod_defaults: str | None = None  # a file of the cluster's pod needs (YAML or JSON)
+    operator_probes: tuple[str, int] | None = None  # where /healthz and /readyz are served
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write

@@ -99,7 +99,8 @@ def _replicas(variable: str, text: str) -> int:
     return int(text)
 
 
-def _listen(variable: str, text: str) -> tuple[str, int]:
+def host_port(variable: str, text: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets); `variable` names the setting in an error."""
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{variable} must be HOST:PORT, not {text!r}")
@@ -196,7 +197,10 @@ class Environment(BaseSettings):
     )
     nats_password: Annotated[str, _read(_text)] = _var(PASSWORD_VARIABLE, "")
     nats_user: Annotated[str, BeforeValidator(_login)] = _var(USER_VARIABLE, "")  # after it
-    api_listen: Annotated[tuple[str, int], NoDecode, _read(_listen)] = _var(
+    operator_probes: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
+        "WINGSMITH_OPERATOR_PROBES", None
+    )
+    api_listen: Annotated[tuple[str, int], NoDecode, _read(host_port)] = _var(
         "WINGSMITH_API_LISTEN", ("127.0.0.1", 8080)
     )
     api_tokens: Annotated[dict[str, str], NoDecode, _read(_tokens)] = _var(

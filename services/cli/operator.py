@@ -9,9 +9,12 @@ import contextlib
 from wingsmith.adapters.kube import Kube
 from wingsmith.services.cli.shared import cluster_id, pod_defaults, stop_on_signals
 from wingsmith.services.config import Settings, connect
+from wingsmith.services.environment import host_port
+from wingsmith.services.listening import serving_http
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1
+from wingsmith.services.operator.probes import probes_app
 from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
 from wingsmith.services.tasks import cancel_and_wait
 
@@ -46,6 +49,13 @@ def operator(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the cluster's pod needs (YAML or JSON), filling what a workload leaves unset "
         "(as WINGSMITH_OPERATOR_POD_DEFAULTS)",
+    )
+    parser.add_argument(
+        "--probes",
+        metavar="HOST:PORT",
+        type=lambda text: host_port("--probes", text),
+        help="serve /healthz and /readyz there, for the kubelet "
+        "(as WINGSMITH_OPERATOR_PROBES; default: not served)",
     )
     parser.set_defaults(run=_operator)
 
@@ -86,6 +96,17 @@ async def _operator(args: argparse.Namespace) -> int:
                     pod_defaults=defaults,
                 )
             running = asyncio.create_task(run_operator(nc, backend, options), name="operator")
+            stack.push_async_callback(cancel_and_wait, running)
+            if (probes := args.probes or settings.operator_probes) is not None:
+                app = probes_app(
+                    lambda: {"running": not running.done()},
+                    lambda: {"nats_connected": nc.is_connected, **backend.readiness()},
+                )
+                host, port = probes
+                served = await stack.enter_async_context(
+                    serving_http(app, host, port, "the operator's probes")
+                )
+                print(f"probes: {served.url}/healthz and {served.url}/readyz", flush=True)
             mode = "read-only" if options.read_only else "read-write"
             print(f"wingsmith operator for {args.cluster_id} ready ({mode})", flush=True)
             stopping = asyncio.create_task(stop.wait())

@@ -59,6 +59,9 @@ class Backend(Protocol):
         None while it cannot tell the whole truth yet (say, before it has listed the cluster).
         Synchronous: it is taken at one instant."""
 
+    def readiness(self) -> dict[str, bool]:
+        """What must hold before the operator is ready, each named: whether it holds."""
+
 
 @dataclass(frozen=True)
 class OperatorOptions:

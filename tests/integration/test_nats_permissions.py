@@ -546,6 +546,9 @@ class RecordingBackend:
     def snapshot(self, only: str | None = None) -> None:
         return None  # never able to tell the whole truth: no sync
 
+    def readiness(self) -> dict[str, bool]:
+        return {"listed": False}
+
 
 async def test_an_operator_never_acts_on_another_clusters_render_message(
     hub: Client, east: Client, caplog: pytest.LogCaptureFixture

@@ -4,19 +4,23 @@ process against kmock and a real nats-server, `wingsmith render` and `wingsmith 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import yaml
 from nats.aio.client import Client
 
 from wingsmith.adapters import nats_bus
+from wingsmith.adapters.kube import Kind
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.domain import names
 from wingsmith.domain.cluster import Cluster
@@ -63,6 +67,65 @@ async def test_the_operator_command_reconciles_a_cluster_from_its_kubeconfig(
         finally:
             if operator.poll() is None:
                 operator.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_the_operator_serves_probes_that_say_what_it_waits_for(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """Live while it runs; ready only once every informer has listed its kind and NATS is
+    connected. On a cluster without Dynamo's CRDs the DGD informer never lists: not ready, and
+    the probe says so; once Dynamo is there it is ready."""
+    await nats_bus.ensure_streams(client)
+    cases: list[tuple[tuple[Kind, ...], bool]] = [
+        (("pod", "node"), False),
+        (("dgd/v1beta1", "pod", "node"), True),
+    ]
+    for kinds, ready in cases:
+        async with kube_emulator(kinds) as (_, server, _):
+            kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(server.url))
+            probes = f"127.0.0.1:{free_port()}"
+            command = [
+                *WINGSMITH, "operator", "--cluster-id", "east", "--kubeconfig", str(kubeconfig),
+                "--probes", probes,
+            ]  # fmt: skip
+            operator = subprocess.Popen(command, env=env(nats_server.url))
+            try:
+                async with httpx.AsyncClient(base_url=f"http://{probes}") as http:
+
+                    async def listed() -> bool:
+                        with contextlib.suppress(httpx.TransportError):
+                            checks = (await http.get("/readyz")).json()["checks"]
+                            return bool(checks["listed_pods"] and checks["listed_nodes"])
+                        return False
+
+                    await wait_for(listed, 30, "the pods and nodes to be listed")
+                    live = await http.get("/healthz")
+                    assert (live.status_code, live.json()) == (
+                        200,
+                        {"ok": True, "checks": {"running": True}},
+                    )
+                    answer = await http.get("/readyz")
+                    checks = {
+                        "nats_connected": True,
+                        "listed_dgds": ready,
+                        "listed_pods": True,
+                        "listed_nodes": True,
+                    }
+                    assert (answer.status_code, answer.json()) == (
+                        200 if ready else 503,
+                        {"ok": ready, "checks": checks},
+                    )
+                    assert (await http.get("/metrics")).status_code == 404
+                    assert (await http.post("/readyz")).status_code == 405
+            finally:
+                operator.terminate()
+                await asyncio.to_thread(operator.wait, 30)
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

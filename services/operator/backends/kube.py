@@ -565,6 +565,10 @@ class KubeBackend:
             version=_version(meta),
         )
 
+    def readiness(self) -> dict[str, bool]:
+        """Each informer has listed what it watches (the DGDs, the pods, the nodes)."""
+        return {f"listed_{cache}s": cache in self._synced for cache in ("dgd", "pod", "node")}
+
     def snapshot(self, only: str | None = None) -> list[SyncReport] | None:
         """Every deployment this operator was told of (removed ones too), or `only` that one,
         with each worker pod it has, as of the highest resourceVersion of the pods' lists and

@@ -800,6 +800,10 @@ class SimulatedCluster:
         )
         await self._send(report)
 
+    def readiness(self) -> dict[str, bool]:
+        """Nothing to wait for: the simulated cluster is in memory from the start."""
+        return {}
+
     def snapshot(self, only: str | None = None) -> list[SyncReport]:
         """Every deployment the cluster was told of (or `only` that one), with all its pods and
         its status, as of one version: what a sync reports. The pods are the saved ones (every
