@@ -25,7 +25,7 @@ from kubernetes_asyncio import client, config
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node"]
+Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node", "lease"]
 DGD_GROUP = "nvidia.com"
 DGD_PLURAL = "dynamographdeployments"
 DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
@@ -88,6 +88,7 @@ RESOURCES: dict[Kind, _Resource] = {
     "dgd/v1alpha1": _Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL),
     "pod": _Resource("", "v1", "pods"),
     "node": _Resource("", "v1", "nodes", namespaced=False),
+    "lease": _Resource("coordination.k8s.io", "v1", "leases"),
 }
 
 
@@ -232,6 +233,49 @@ class Kube:
         except KubeNotFound:
             return False
         return True
+
+    # --- leases (leader election) --------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        lease = RESOURCES["lease"]
+        try:
+            return await self._call(
+                self._custom.get_namespaced_custom_object,
+                lease.group,
+                lease.version,
+                namespace,
+                lease.plural,
+                name,
+            )
+        except KubeNotFound:
+            return None
+
+    async def create_lease(self, body: Obj) -> Obj:
+        """409 (KubeConflict) when someone created it first."""
+        lease = RESOURCES["lease"]
+        namespace = body["metadata"]["namespace"]
+        return await self._call(
+            self._custom.create_namespaced_custom_object,
+            lease.group,
+            lease.version,
+            namespace,
+            lease.plural,
+            body,
+        )
+
+    async def replace_lease(self, body: Obj) -> Obj:
+        """Replace it as of the resourceVersion `body` carries: 409 (KubeConflict) when it
+        changed since, so two candidates never both take it."""
+        lease, meta = RESOURCES["lease"], body["metadata"]
+        return await self._call(
+            self._custom.replace_namespaced_custom_object,
+            lease.group,
+            lease.version,
+            meta["namespace"],
+            lease.plural,
+            meta["name"],
+            body,
+        )
 
     # --- lists and informers ----------------------------------------------------------------
 

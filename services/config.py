@@ -88,6 +88,8 @@ class Settings:
     operator_sync_every: float = 60.0  # seconds between an operator's full reports (syncs)
     operator_pod_defaults: str | None = None  # a file of the cluster's pod needs (YAML or JSON)
     operator_probes: tuple[str, int] | None = None  # where /healthz and /readyz are served
+    operator_leader_elect: bool = False  # act only while holding the cluster's Lease
+    operator_lease_seconds: float = 15.0  # how long a silent leader's Lease stands
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write

@@ -197,6 +197,12 @@ class Environment(BaseSettings):
     )
     nats_password: Annotated[str, _read(_text)] = _var(PASSWORD_VARIABLE, "")
     nats_user: Annotated[str, BeforeValidator(_login)] = _var(USER_VARIABLE, "")  # after it
+    operator_leader_elect: Annotated[bool, _switch(False)] = _var(
+        "WINGSMITH_OPERATOR_LEADER_ELECT", False
+    )
+    operator_lease_seconds: Annotated[float, _number(1, 3_600)] = _var(
+        "WINGSMITH_OPERATOR_LEASE_SECONDS", 15.0
+    )
     operator_probes: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
         "WINGSMITH_OPERATOR_PROBES", None
     )

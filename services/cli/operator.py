@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import os
+import socket
 
 from wingsmith.adapters.kube import Kube
 from wingsmith.services.cli.shared import cluster_id, pod_defaults, stop_on_signals
@@ -14,6 +17,7 @@ from wingsmith.services.listening import serving_http
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1
+from wingsmith.services.operator.leader import Elector, LeaseTimes
 from wingsmith.services.operator.probes import probes_app
 from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
 from wingsmith.services.tasks import cancel_and_wait
@@ -57,11 +61,20 @@ def operator(parser: argparse.ArgumentParser) -> None:
         help="serve /healthz and /readyz there, for the kubelet "
         "(as WINGSMITH_OPERATOR_PROBES; default: not served)",
     )
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="act only while holding the Lease wingsmith-operator-<cluster> in --namespace, so "
+        "that of several replicas one acts (as WINGSMITH_OPERATOR_LEADER_ELECT=true)",
+    )
     parser.set_defaults(run=_operator)
 
 
 async def _operator(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
+    leader_elect = args.leader_elect or settings.operator_leader_elect
+    if leader_elect and args.simulated:
+        raise SystemExit("--leader-elect: a simulated cluster has no Lease to hold")
     defaults = pod_defaults(args.pod_defaults or settings.operator_pod_defaults)
     stop = stop_on_signals()
     options = OperatorOptions(
@@ -95,7 +108,15 @@ async def _operator(args: argparse.Namespace) -> int:
                     api_version=args.api_version,
                     pod_defaults=defaults,
                 )
-            running = asyncio.create_task(run_operator(nc, backend, options), name="operator")
+            work = functools.partial(run_operator, nc, backend, options)
+            if leader_elect:
+                identity = f"{socket.gethostname()}-{os.getpid()}"
+                times = LeaseTimes.scaled(settings.operator_lease_seconds)
+                lease = f"wingsmith-operator-{args.cluster_id}"
+                elector = Elector(kube, args.namespace, lease, identity, times)
+                work = functools.partial(elector.lead, work)
+                print(f"leader election: lease {args.namespace}/{lease} as {identity}", flush=True)
+            running = asyncio.create_task(work(), name="operator")
             stack.push_async_callback(cancel_and_wait, running)
             if (probes := args.probes or settings.operator_probes) is not None:
                 app = probes_app(

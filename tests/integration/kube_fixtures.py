@@ -38,6 +38,7 @@ KIND_NAMES: dict[Kind, str] = {
     "dgd/v1alpha1": "DynamoGraphDeployment",
     "pod": "Pod",
     "node": "Node",
+    "lease": "Lease",
 }
 
 
@@ -65,22 +66,24 @@ class DynamoEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         if not self.revisions or request.resource is None or request.method.value not in WRITES:
-            return await self._handle_dgd(request)
+            return await self._serve(request)
         async with self._writes:  # one write at a time: watches see revisions in order
+            if (stale := self._stale(request)) is not None:
+                return aiohttp.web.json_response(stale, status=409)
             self._revision += 1
             revision = str(self._revision)
             if request.method.value == "DELETE":
                 self._stamp_stored(request, revision)
-                return await self._handle_dgd(request)
+                return await self._serve(request)
             if not isinstance(sent := request.data, dict):
-                return await self._handle_dgd(request)
+                return await self._serve(request)
             # the object written carries it; the request log keeps what the client sent
             # (kmock's requests are frozen, and a copy would lose how kmock routes them)
             stamped = copy.deepcopy(sent)
             stamped.setdefault("metadata", {})["resourceVersion"] = revision
             object.__setattr__(request, "data", stamped)
             try:
-                return await self._handle_dgd(request)
+                return await self._serve(request)
             finally:
                 object.__setattr__(request, "data", sent)
 
@@ -91,6 +94,27 @@ class DynamoEmulator(kmock.KubernetesEmulator):
             listing["metadata"]["resourceVersion"] = str(self._revision)
         return listing
 
+    def _stale(self, request: kmock.Request) -> Obj | None:
+        """A replacement (PUT) as of a resourceVersion the object no longer has: 409, as a
+        real API server answers, so that of two writers who read the same version one wins."""
+        sent = request.data if isinstance(request.data, dict) else {}
+        expected = (sent.get("metadata") or {}).get("resourceVersion")
+        if request.method.value != "PUT" or not expected or request.name is None:
+            return None
+        assert request.resource is not None
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        current = (self._objects[key].raw.get("metadata") or {}).get("resourceVersion")
+        if current == expected:
+            return None
+        return status_body(
+            409,
+            "Conflict",
+            f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: the "
+            "object has been modified; please apply your changes to the latest version",
+        )
+
     def _stamp_stored(self, request: kmock.Request, revision: str) -> None:
         """The next resourceVersion, as etcd's revision on every write (kmock gives none)."""
         assert request.resource is not None and request.name is not None
@@ -98,16 +122,31 @@ class DynamoEmulator(kmock.KubernetesEmulator):
         if key in self._objects and not self._objects[key].deleted:
             self._objects[key].patch({"metadata": {"resourceVersion": revision}})
 
-    async def _handle_dgd(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        res = request.resource
-        if res is None or res.plural != "dynamographdeployments" or request.subresource:
-            return await super()._handle(request)
-        writes = request.method.value in {"POST", "PATCH", "PUT"}
+    async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        res, method = request.resource, request.method.value
+        dgd = res is not None and res.plural == "dynamographdeployments" and not request.subresource
+        writes = dgd and method in {"POST", "PATCH", "PUT"}
         if writes and (refusal := self._admit(request)) is not None:
             return aiohttp.web.json_response(refusal, status=refusal["code"])
-        if request.method.value == "PATCH" and request.headers.get("Content-Type") == APPLY_PATCH:
+        if method == "PUT" and res is not None and request.name and not request.subresource:
+            return await self._replace(request)
+        if dgd and method == "PATCH" and request.headers.get("Content-Type") == APPLY_PATCH:
             return await self._apply(request)
         return await super()._handle(request)
+
+    async def _replace(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """A replacement (PUT), which kmock does not serve: the object becomes the body."""
+        assert request.resource is not None and request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                missing = f"{request.resource.plural} {request.name!r} not found"
+                return aiohttp.web.json_response(status_body(404, "NotFound", missing), status=404)
+            self._objects[key].clear()
+            self._objects[key].patch(request.data)
+            raw = dict(self._objects[key].raw)
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+        return aiohttp.web.json_response(raw)
 
     def _current(self, request: kmock.Request, name: str) -> Obj | None:
         assert request.resource is not None

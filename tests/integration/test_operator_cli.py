@@ -11,10 +11,12 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Container
 from pathlib import Path
 from typing import Any
 
 import httpx
+import kmock
 import orjson
 import yaml
 from nats.aio.client import Client
@@ -27,7 +29,7 @@ from wingsmith.domain.cluster import Cluster
 from wingsmith.services.hub.wiring import Hub
 
 from .conftest import wait_for
-from .kube_fixtures import NAMESPACE, kube_emulator, write_kubeconfig
+from .kube_fixtures import NAMESPACE, kube_emulator, requests, write_kubeconfig
 from .test_operator import desired
 
 WINGSMITH = [sys.executable, "-m", "wingsmith"]
@@ -126,6 +128,73 @@ async def test_the_operator_serves_probes_that_say_what_it_waits_for(
             finally:
                 operator.terminate()
                 await asyncio.to_thread(operator.wait, 30)
+
+
+LEASE = 4  # seconds: short for a test, long enough that a busy machine renews in time
+
+
+async def test_of_two_operators_electing_a_leader_one_acts_and_the_other_takes_over(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    """Two replicas of one cluster's operator with `--leader-elect`: only the Lease's holder
+    lists the cluster and writes; killed (SIGKILL: it cannot give the Lease up), the other
+    takes the Lease over once it has stood unrenewed for its duration, and acts; stopped
+    cleanly, a holder gives the Lease up."""
+    await nats_bus.ensure_streams(client)
+    async with kube_emulator() as (emulator, server, kube):
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(server.url))
+        command = [
+            *WINGSMITH, "operator", "--cluster-id", "east", "--kubeconfig", str(kubeconfig),
+            "--leader-elect",
+        ]  # fmt: skip
+        environment = env(nats_server.url) | {"WINGSMITH_OPERATOR_LEASE_SECONDS": str(LEASE)}
+        operators = [subprocess.Popen(command, env=environment) for _ in range(2)]
+        identities = {f"{socket.gethostname()}-{p.pid}": p for p in operators}
+
+        async def holder() -> str | None:
+            lease = await kube.get_lease(NAMESPACE, "wingsmith-operator-east")
+            return None if lease is None else lease["spec"].get("holderIdentity")
+
+        async def render(replicas: int) -> None:
+            body = orjson.dumps(desired(replicas=replicas))
+            subject = "wingsmith.render.east.llama--east"
+            await client.jetstream().publish(subject, body, stream=names.RENDER_STREAM)
+
+        async def has_replicas(n: int) -> bool:
+            dgd = await kube.get_dgd(NAMESPACE, "llama")
+            components = [] if dgd is None else dgd["spec"]["components"]
+            return any(c.get("type") == "worker" and c.get("replicas") == n for c in components)
+
+        try:
+            await wait_for(lambda: _in(holder(), identities), 30, "one operator to lead")
+            leader = identities[str(await holder())]
+            await render(1)
+            await wait_for(lambda: has_replicas(1), 30, "the leader to create the DGD")
+            await asyncio.sleep(LEASE)  # the other does nothing meanwhile
+            assert len(requests(emulator, kmock.action.LIST, "pod")) == 1  # only the leader's
+
+            leader.kill()
+            leader.wait(10)
+            await render(2)
+            await wait_for(lambda: has_replicas(2), 30, "the other to take over and act")
+            standby = next(p for p in operators if p is not leader)
+            lease = await kube.get_lease(NAMESPACE, "wingsmith-operator-east")
+            assert lease is not None
+            assert identities[lease["spec"]["holderIdentity"]] is standby
+            assert lease["spec"]["leaseTransitions"] == 1
+            assert len(requests(emulator, kmock.action.LIST, "pod")) == 2
+
+            standby.terminate()
+            assert await asyncio.to_thread(standby.wait, 30) == 0
+            assert await holder() is None  # given up: the next need not wait it out
+        finally:
+            for p in operators:
+                if p.poll() is None:
+                    p.kill()
+
+
+async def _in(found: Awaitable[str | None], among: Container[str]) -> bool:
+    return await found in among
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
