@@ -25,7 +25,7 @@ from kubernetes_asyncio import client, config
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node", "lease"]
+Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node", "lease", "event"]
 DGD_GROUP = "nvidia.com"
 DGD_PLURAL = "dynamographdeployments"
 DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
@@ -89,6 +89,7 @@ RESOURCES: dict[Kind, _Resource] = {
     "pod": _Resource("", "v1", "pods"),
     "node": _Resource("", "v1", "nodes", namespaced=False),
     "lease": _Resource("coordination.k8s.io", "v1", "leases"),
+    "event": _Resource("", "v1", "events"),
 }
 
 
@@ -275,6 +276,12 @@ class Kube:
             lease.plural,
             meta["name"],
             body,
+        )
+
+    async def create_event(self, body: Obj) -> Obj:
+        """A Kubernetes Event (core v1), as `kubectl describe` shows on the object it names."""
+        return await self._call(
+            self._core.create_namespaced_event, body["metadata"]["namespace"], body
         )
 
     # --- lists and informers ----------------------------------------------------------------

@@ -39,6 +39,7 @@ KIND_NAMES: dict[Kind, str] = {
     "pod": "Pod",
     "node": "Node",
     "lease": "Lease",
+    "event": "Event",
 }
 
 
@@ -471,6 +472,17 @@ def write_requests(emulator: kmock.KubernetesEmulator) -> list[kmock.Request]:
     """Every request the code under test sent that would change the cluster, whatever its
     kind: read-only code must leave this empty."""
     return [r for r in emulator if r.method.value in WRITES and from_adapter(r)]
+
+
+def object_writes(emulator: kmock.KubernetesEmulator) -> list[kmock.Request]:
+    """The adapter's writes to the cluster's objects: every write but the Events recording
+    them."""
+    return [r for r in write_requests(emulator) if r.resource != resource("event")]
+
+
+def recorded_events(emulator: kmock.KubernetesEmulator) -> list[Obj]:
+    """The Events the adapter recorded, oldest first."""
+    return [r.data for r in requests(emulator, kmock.action.CREATE, "event")]
 
 
 # --- consuming informers -----------------------------------------------------------------------

@@ -36,7 +36,9 @@ from .kube_fixtures import (
     dgd,
     kube_emulator,
     node,
+    object_writes,
     pod,
+    recorded_events,
     requests,
     resource,
     running_operator,
@@ -132,6 +134,9 @@ async def test_a_refused_write_fails_the_deployment_with_the_servers_message_onc
         action = await cluster.until_reported("action", lambda r: True, "the action")
         assert (action["verb"], action["performed"]) == ("create", False)
         assert "must be no more than 4 characters" in action["reason"]
+        [event] = recorded_events(cluster.emulator)  # recorded before the action is reported
+        assert (event["type"], event["reason"]) == ("Warning", "Rejected")
+        assert "must be no more than 4 characters" in event["message"]
 
         # not retried: once a later deployment is handled, the refused one was sent only once
         other = desired(deployment_id="qwen--east", workload_id="qwen")
@@ -196,8 +201,11 @@ async def test_what_the_webhook_forbids_in_place_is_replaced_not_refused(client:
         )
         verbs = [(a["verb"], a["performed"]) for a in await cluster.reported("action")]
         assert verbs == [("create", True), ("replace", True)]
-        methods = [r.method.value for r in write_requests(cluster.emulator)]
+        methods = [r.method.value for r in object_writes(cluster.emulator)]
         assert methods == ["PATCH", "DELETE", "PATCH"]
+        recorded = [(e["involvedObject"]["name"], e["type"], e["reason"]) for e in
+                    recorded_events(cluster.emulator)]  # fmt: skip
+        assert recorded == [("llama", "Normal", "Created"), ("llama", "Normal", "Replaced")]
 
 
 async def test_a_foreign_dgd_of_the_same_name_is_never_touched(client: Client) -> None:
@@ -213,8 +221,16 @@ async def test_a_foreign_dgd_of_the_same_name_is_never_touched(client: Client) -
         assert condition["permanent"] and "did not render or adopt" in condition["message"]
         action = await cluster.until_reported("action", lambda r: True, "the action")
         assert action["performed"] is False
-        assert write_requests(cluster.emulator) == []
+        assert object_writes(cluster.emulator) == []
         assert await cluster.dgd() == before
+        # `kubectl describe` on their DGD says why it was left alone
+        [event] = recorded_events(cluster.emulator)
+        assert (event["involvedObject"]["name"], event["type"], event["reason"]) == (
+            "llama",
+            "Warning",
+            "Foreign",
+        )
+        assert "did not render or adopt" in event["message"]
 
 
 async def test_a_render_the_operator_cannot_express_fails_the_deployment(client: Client) -> None:

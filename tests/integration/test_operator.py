@@ -35,6 +35,7 @@ from .kube_fixtures import (
     cluster_patch,
     kube_emulator,
     node,
+    object_writes,
     pod,
     requests,
     running_operator,
@@ -189,7 +190,7 @@ async def test_an_unchanged_render_writes_nothing_again(client: Client) -> None:
             return await cluster.kube.get_dgd(NAMESPACE, "qwen") is not None
 
         await wait_for(other_created, 15, "the second deployment's DGD")
-        assert [r.method.value for r in write_requests(cluster.emulator)] == ["PATCH", "PATCH"]
+        assert [r.method.value for r in object_writes(cluster.emulator)] == ["PATCH", "PATCH"]
 
 
 async def test_an_observed_deployment_is_never_written_to(client: Client) -> None:

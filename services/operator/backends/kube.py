@@ -32,14 +32,24 @@ import asyncio
 import hashlib
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from wingsmith.adapters.kube import Change, Kind, KindNotServed, Kube, KubeConflict, KubeError
+from wingsmith.adapters.kube import (
+    DGD_GROUP,
+    Change,
+    Kind,
+    KindNotServed,
+    Kube,
+    KubeConflict,
+    KubeError,
+)
 from wingsmith.domain.cluster import Node
 from wingsmith.domain.contracts.reports import (
     ActionReport,
@@ -84,6 +94,14 @@ COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
 V1BETA1, V1ALPHA1 = "nvidia.com/v1beta1", "nvidia.com/v1alpha1"
 REFUSED_AGAIN = (60.0, 3600.0)  # seconds before a refused render is tried again: first, cap
+EVENT_SOURCE = "wingsmith-operator"  # who the Kubernetes Events it records come from
+DONE = {  # a write's Event reason
+    "create": "Created",
+    "apply": "Applied",
+    "patch": "Patched",
+    "replace": "Replaced",
+    "delete": "Deleted",
+}
 
 
 @dataclass(frozen=True)
@@ -209,6 +227,8 @@ class KubeBackend:
             attempts,
         )
         log.error("%s: refused: %s: %s", deployment_id, reason, message)
+        if action is not None and not self.read_only:
+            await self._event(action, "Warning", reason, f"{deployment_id}: {message}")
         name = (desired or {}).get("workload_id") or deployment_id.rsplit("--", 1)[0]
         report = ActionReport.model_construct(
             cluster_id=self.cluster_id,
@@ -304,6 +324,7 @@ class KubeBackend:
         performed = not (self.read_only or observed)
         if performed:
             await self._write(action)
+            await self._event(action, "Normal", DONE[action.verb], f"{deployment_id}: {action.why}")
         why = "read-only mode" if self.read_only else "observed" if observed else action.why
         log.info(
             "%s: %s DynamoGraphDeployment %s/%s (%s)",
@@ -341,6 +362,38 @@ class KubeBackend:
             await self.kube.apply_dgd(action.body, force=True)
         for adapter, replicas in action.scales:
             await self.kube.scale_adapter(action.namespace, adapter, replicas, action.version)
+
+    async def _event(self, action: Action, kind: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on the DGD acted on, for `kubectl describe` and whoever watches
+        events. Best effort: an event that cannot be written changes nothing else."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{action.name}.{uuid.uuid4().hex[:16]}",
+                "namespace": action.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": f"{DGD_GROUP}/{action.version}",
+                "kind": "DynamoGraphDeployment",
+                "namespace": action.namespace,
+                "name": action.name,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_SOURCE,
+            "reportingInstance": self.cluster_id,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.kube.create_event(body)
+        except KubeError as e:
+            log.debug("%s/%s: no event recorded: %s", action.namespace, action.name, e)
 
     # -- observing -----------------------------------------------------------------------
 

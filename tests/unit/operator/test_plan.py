@@ -151,6 +151,10 @@ class FakeKube:
         self.writes.append(("delete", name))
         return True
 
+    async def create_event(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(("event", body))
+        return body
+
 
 @settings(max_examples=150, deadline=None)
 @given(
