@@ -47,7 +47,6 @@ class Elector:
     ) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.identity, self.times = identity, times
-        self.leading = False
         self._seen: tuple[Any, ...] | None = None  # the Lease's record as last read...
         self._seen_at = 0.0  # ...and since when (monotonic) it has been that
 
@@ -61,7 +60,6 @@ class Elector:
                 try:
                     await self._renew_while(task)
                 finally:
-                    self.leading = False
                     await cancel_and_wait(task)
                 log.warning("lease %s/%s: lost the lead; stopped", self.namespace, self.name)
         finally:
@@ -70,18 +68,23 @@ class Elector:
     async def _until_leading(self) -> None:
         while not await self._try():  # noqa: ASYNC110 - polling the API server, not a flag
             await asyncio.sleep(self.times.retry)
-        self.leading = True
         log.info("lease %s/%s: leading as %s", self.namespace, self.name, self.identity)
 
     async def _renew_while(self, task: asyncio.Task[None]) -> None:
         """Renew every `retry` seconds while `task` runs; return when it ends or when no renewal
-        succeeded for `renew_deadline` seconds."""
+        succeeded for `renew_deadline` seconds (a request that hangs counts as failing once
+        the deadline has passed)."""
         renewed = time.monotonic()
         while not task.done():
             await asyncio.wait([task], timeout=self.times.retry)
             if task.done():
                 break
-            if await self._try():
+            left = self.times.renew_deadline - (time.monotonic() - renewed)
+            try:
+                held = await asyncio.wait_for(self._try(), max(left, 0.001))
+            except TimeoutError:
+                held = False
+            if held:
                 renewed = time.monotonic()
             elif time.monotonic() - renewed >= self.times.renew_deadline:
                 return

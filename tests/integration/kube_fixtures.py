@@ -4,9 +4,10 @@ at it, object builders, and helpers that change the emulated cluster and read it
 kmock stores objects and streams watch events, but it ignores selectors and never answers 410;
 tests that need those script kmock's responses themselves. `DynamoEmulator` adds what a real
 API server does: a resourceVersion on every write (etcd's revision, in the order watches see
-them, and a list's own); and what it does with Dynamo's webhooks to DGDs: server-side apply
-(each field manager's fields; fields a manager stops applying are removed) and the validating
-webhook's refusals of changes it forbids in place, answered 422 with a Status.
+them, and a list's own), replacements (PUT) with optimistic concurrency; and what it does with
+Dynamo's webhooks to DGDs: server-side apply (each field manager's fields; fields a manager
+stops applying are removed) and the validating webhook's refusals of changes it forbids in
+place, answered 422 with a Status.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def resource(kind: Kind) -> kmock.resource:
 
 @attrs.define(kw_only=True)
 class DynamoEmulator(kmock.KubernetesEmulator):
-    """kmock with server-side apply and Dynamo's validating webhook for DGDs. `max_name`: the
-    longest DGD name admitted (a real API server: 253)."""
+    """kmock with what a real API server does and kmock does not (a resourceVersion on every
+    write and list; replacements (PUT), refused 409 when made as of a stale resourceVersion),
+    and for DGDs server-side apply and Dynamo's validating webhook. `max_name`: the longest DGD
+    name admitted (a real API server: 253)."""
 
     max_name: int = 253
     revisions: bool = True  # False: kmock's own way, for tests that script resourceVersions

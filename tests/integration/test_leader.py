@@ -42,12 +42,30 @@ async def running(candidate: Candidate) -> AsyncIterator[asyncio.Task[None]]:
         await cancel_and_wait(task)
 
 
+@contextlib.asynccontextmanager
+async def hanging_server() -> AsyncIterator[str]:
+    """An API server that takes requests and never answers them."""
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up and closes
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
 async def test_a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() -> None:
+    """Its renewals hang (a request would wait 30 s): it stops at its renew deadline, before
+    the lease's duration lets the other take over."""
     log: list[str] = []
     async with (
         kube_emulator() as (_, server, kube),
         Kube(host=str(server.url), backoff=(0.01, 0.05)) as other,
-        Kube(host="http://127.0.0.1:9", request_timeout=0.5) as unreachable,
+        hanging_server() as url,
+        Kube(host=url, request_timeout=30) as unreachable,
     ):
         a, b = Candidate(kube, "a", log), Candidate(other, "b", log)
         async with running(a):
