@@ -69,9 +69,12 @@ class Change(NamedTuple):
     """One informer event. RELISTING carries an empty obj: a (re)list's changes follow, in key
     order rather than resourceVersion order, until SYNCED says the consumer's view is complete
     again. SYNCED's obj holds only `metadata.resourceVersion`: the list's, which the view is
-    as of (higher than any of its objects' when one was deleted since they last changed)."""
+    as of (higher than any of its objects' when one was deleted since they last changed).
+    DENIED says the API server refuses this client the kind (401 or 403: its credentials or
+    RBAC); its obj is the Status (`code`, `message`). The informer goes on trying; the next
+    SYNCED says it was let in."""
 
-    type: Literal["ADDED", "MODIFIED", "DELETED", "RELISTING", "SYNCED"]
+    type: Literal["ADDED", "MODIFIED", "DELETED", "RELISTING", "SYNCED", "DENIED"]
     obj: Obj
 
 
@@ -464,7 +467,12 @@ class Informer:
                 rv, failures = None, failures + 1
             except KindNotServed:
                 raise
-            except (KubeError, aiohttp.ClientError, TimeoutError, ValueError) as e:
+            except KubeError as e:
+                failures += 1
+                log.warning("informer %s: %s (attempt %d)", self.kind, e, failures)
+                if e.status in (401, 403):
+                    yield Change("DENIED", {"code": e.status, "message": str(e)})
+            except (aiohttp.ClientError, TimeoutError, ValueError) as e:
                 failures += 1
                 log.warning("informer %s: %s (attempt %d)", self.kind, e, failures)
             for change in listed:  # listed, but the watch failed to open: the view moved anyway

@@ -247,6 +247,42 @@ async def test_a_render_the_operator_cannot_express_fails_the_deployment(client:
 # --- transient trouble: a condition, never `failed`, and it clears ----------------------
 
 
+async def test_a_kind_the_api_server_refuses_is_a_condition_on_every_deployment_until_let_in(
+    client: Client,
+) -> None:
+    """A namespace-scoped install whose RBAC does not cover the cluster-wide pod list: the
+    operator says so on each deployment's status (and in its log, and /readyz) instead of
+    retrying in silence; once let in, the condition clears by itself."""
+    await nats_bus.ensure_streams(client)
+    async with kube_emulator() as (emulator, _, kube):
+        forbidden = status_body(
+            403,
+            "Forbidden",
+            'pods is forbidden: User "system:serviceaccount:wingsmith:operator" cannot list '
+            'resource "pods" in API group "" at the cluster scope',
+        )
+        emulator[kmock.action.LIST, resource("pod")][:60] << 403 << forbidden
+        backend = KubeBackend(kube, "east", NAMESPACE, read_only=False)
+        async with running_operator(client, backend):
+            cluster = Cluster(emulator, client, backend)
+            await cluster.render(desired())
+            denied = await cluster.until_reported(
+                "deployment", lambda r: "Forbidden" in reasons(status_of(r)), "the refusal shown"
+            )
+            condition = reasons(status_of(denied))["Forbidden"]
+            assert condition["permanent"] is False
+            assert "may not list and watch pods" in condition["message"]
+            assert "cannot list resource" in condition["message"]
+            assert await cluster.dgd() is not None  # what it may do, it does
+
+            async def let_in() -> bool:
+                statuses = [status_of(r) for r in await cluster.reported("deployment")]
+                last = [s for s in statuses if s][-1]
+                return "Forbidden" not in reasons(last) and backend.readiness()["listed_pods"]
+
+            await wait_for(let_in, 30, "the condition to clear once the pods are listed")
+
+
 async def test_a_server_error_is_a_transient_condition_and_the_write_is_retried(
     client: Client,
 ) -> None:

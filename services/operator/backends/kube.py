@@ -146,6 +146,7 @@ class KubeBackend:
         self._served: str | None = None  # the DGD API version writes go to, once known
         self._refused: dict[str, Refusal] = {}  # permanent: the render is not written again
         self._trouble: dict[str, StatusCondition] = {}  # transient: the last write failed
+        self._denied: dict[str, StatusCondition] = {}  # cache -> why the API server refuses it
         # pods by the label that ties them to a deployment: ours, or an adopted graph's name
         self._pods_by_tie: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
@@ -457,8 +458,14 @@ class KubeBackend:
         obj, gone = change.obj, change.type == "DELETED"
         if cache == "pod":  # a list's own version covers the deletions it no longer shows
             self._pods_seen = max(self._pods_seen, _version(obj.get("metadata", {})))
+        if change.type == "DENIED":
+            await self._deny(cache, obj)
+            return
         if change.type == "SYNCED":
             self._synced.add(cache)
+            if self._denied.pop(cache, None) is not None:
+                log.info("informer %s: let in again", cache)
+                await self._report_statuses()
             if cache == "node":
                 await self._report_inventory()
             return
@@ -479,6 +486,25 @@ class KubeBackend:
                 await self._report_status(deployment_id)
         elif "node" in self._synced:
             await self._report_inventory()
+
+    async def _deny(self, cache: str, status: Obj) -> None:
+        """The API server refuses the operator a kind (its RBAC, say, for a namespace-scoped
+        install): said once in the log and on every deployment's status, until it lets it in."""
+        verb = "list and watch" if cache != "node" else "list and watch cluster-wide"
+        condition = StatusCondition.model_construct(
+            reason="Unauthorized" if status.get("code") == 401 else "Forbidden",
+            message=f"the operator may not {verb} {cache}s: {status.get('message', '')}"[:1024],
+            permanent=False,
+            pods=0,
+        )
+        if self._denied.get(cache) != condition:
+            log.error("informer %s: %s", cache, condition.message)
+            self._denied[cache] = condition
+            await self._report_statuses()
+
+    async def _report_statuses(self) -> None:
+        for deployment_id in list(self.desired):
+            await self._report_status(deployment_id)
 
     async def _resync(self, deployment_id: str) -> None:
         """Report again what was seen of a deployment before its render object arrived: its
@@ -503,11 +529,11 @@ class KubeBackend:
         neither a DGD nor anything to tell."""
         dgd = dgd if dgd is not None else self._dgd_of(deployment_id)
         refusal, trouble = self._refused.get(deployment_id), self._trouble.get(deployment_id)
-        if dgd is None and refusal is None and trouble is None:
+        if dgd is None and refusal is None and trouble is None and not self._denied:
             return
         desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
         pods = self._pods_of(deployment_id)
-        extra = [trouble] if trouble is not None else []
+        extra = [*([trouble] if trouble is not None else []), *self._denied.values()]
         status = deployment_status(dgd or {}, pods, desired.get("replicas"), extra)
         if dgd is None:
             status = status.model_copy(update={"phase": ClusterPhase.PENDING})
