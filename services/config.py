@@ -88,6 +88,7 @@ class Settings:
     operator_sync_every: float = 60.0  # seconds between an operator's full reports (syncs)
     operator_pod_defaults: str | None = None  # a file of the cluster's pod needs (YAML or JSON)
     operator_probes: tuple[str, int] | None = None  # where /healthz and /readyz are served
+    operator_pod_selector: str | None = None  # only the pods it matches are watched
     operator_leader_elect: bool = False  # act only while holding the cluster's Lease
     operator_lease_seconds: float = 15.0  # how long a silent leader's Lease stands
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD

@@ -197,6 +197,9 @@ class Environment(BaseSettings):
     )
     nats_password: Annotated[str, _read(_text)] = _var(PASSWORD_VARIABLE, "")
     nats_user: Annotated[str, BeforeValidator(_login)] = _var(USER_VARIABLE, "")  # after it
+    operator_pod_selector: Annotated[str | None, _read(_text)] = _var(
+        "WINGSMITH_OPERATOR_POD_SELECTOR", None
+    )
     operator_leader_elect: Annotated[bool, _switch(False)] = _var(
         "WINGSMITH_OPERATOR_LEADER_ELECT", False
     )

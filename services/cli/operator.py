@@ -9,7 +9,7 @@ import functools
 import os
 import socket
 
-from wingsmith.adapters.kube import Kube
+from wingsmith.adapters.kube import Kube, selector_matcher
 from wingsmith.services.cli.shared import cluster_id, pod_defaults, stop_on_signals
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.environment import host_port
@@ -62,6 +62,13 @@ def operator(parser: argparse.ArgumentParser) -> None:
         "(as WINGSMITH_OPERATOR_PROBES; default: not served)",
     )
     parser.add_argument(
+        "--pod-selector",
+        metavar="SELECTOR",
+        type=_selector,
+        help="watch only the pods this label selector matches, on a large cluster, e.g. "
+        "nvidia.com/dynamo-graph-deployment-name (as WINGSMITH_OPERATOR_POD_SELECTOR)",
+    )
+    parser.add_argument(
         "--leader-elect",
         action="store_true",
         help="act only while holding the Lease wingsmith-operator-<cluster> in --namespace, so "
@@ -70,9 +77,23 @@ def operator(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=_operator)
 
 
+def _selector(text: str) -> str:
+    """A label selector, checked here rather than by the API server at the first list."""
+    try:
+        selector_matcher(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 async def _operator(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     leader_elect = args.leader_elect or settings.operator_leader_elect
+    if args.pod_selector is None and settings.operator_pod_selector is not None:
+        try:
+            _selector(settings.operator_pod_selector)
+        except argparse.ArgumentTypeError as e:
+            raise SystemExit(f"WINGSMITH_OPERATOR_POD_SELECTOR: {e}") from None
     if leader_elect and args.simulated:
         raise SystemExit("--leader-elect: a simulated cluster has no Lease to hold")
     defaults = pod_defaults(args.pod_defaults or settings.operator_pod_defaults)
@@ -107,6 +128,7 @@ async def _operator(args: argparse.Namespace) -> int:
                     read_only=options.read_only,
                     api_version=args.api_version,
                     pod_defaults=defaults,
+                    pod_selector=args.pod_selector or settings.operator_pod_selector,
                 )
             work = functools.partial(run_operator, nc, backend, options)
             if leader_elect:

@@ -122,11 +122,22 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def operator(
-    client: Client, *, read_only: bool = False, api_version: str = "nvidia.com/v1beta1"
+    client: Client,
+    *,
+    read_only: bool = False,
+    api_version: str = "nvidia.com/v1beta1",
+    pod_selector: str | None = None,
 ) -> AsyncIterator[Cluster]:
     await nats_bus.ensure_streams(client)
     async with kube_emulator() as (emulator, _, kube):
-        backend = KubeBackend(kube, "east", NAMESPACE, read_only=read_only, api_version=api_version)
+        backend = KubeBackend(
+            kube,
+            "east",
+            NAMESPACE,
+            read_only=read_only,
+            api_version=api_version,
+            pod_selector=pod_selector,
+        )
         async with running_operator(client, backend, read_only=read_only):
             yield Cluster(emulator, client, backend)
 
@@ -269,6 +280,26 @@ async def test_pods_are_reported_as_replicas_with_devices_and_readiness(client: 
             lambda r: r.get("live_digests") == {"svg_00000000000000a1": 1},
             "the live digests",
         )
+
+
+async def test_with_a_pod_selector_only_the_pods_it_matches_are_watched(client: Client) -> None:
+    """On a large cluster the pod informer asks the API server for the pods that matter only
+    (and filters again, whatever the server does with the selector)."""
+    async with operator(client, pod_selector="serving in (llm)") as cluster:
+        await cluster.render(desired())
+        labels = {
+            LABEL_DEPLOYMENT: deployment_label("llama--east"),
+            "nvidia.com/dynamo-component-type": "worker",
+        }
+        for name, serving in (("llama-worker-0", "batch"), ("llama-worker-1", "llm")):
+            body = pod(name, labels=labels | {"serving": serving}, node="gpu-1")
+            await cluster_create(cluster.emulator, "pod", body)
+        # the informer sees changes in order: once the second pod is reported, the first
+        # would have been
+        await cluster.until_reported("replica", lambda r: True, "a replica")
+        assert [r["pod"] for r in await cluster.reported("replica")] == ["llama-worker-1"]
+        listed = requests(cluster.emulator, kmock.action.LIST, "pod")
+        assert listed[0].params["labelSelector"] == "serving in (llm)"
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.yaml")))

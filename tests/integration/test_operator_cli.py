@@ -201,6 +201,12 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*WINGSMITH, *args], capture_output=True, text=True, timeout=60)
 
 
+def test_a_pod_selector_it_cannot_apply_stops_the_operator_before_it_starts() -> None:
+    refused = run("operator", "--cluster-id", "east", "--in-cluster", "--pod-selector", "a=b=c")
+    assert refused.returncode == 2
+    assert "--pod-selector: unsupported label selector: 'a=b=c'" in refused.stderr
+
+
 def test_render_prints_the_dgd_for_a_deployment_object(tmp_path: Path) -> None:
     body: dict[str, Any] = desired(replicas=3)
     (tmp_path / "deployment.json").write_text(json.dumps(body))

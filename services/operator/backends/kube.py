@@ -125,10 +125,12 @@ class KubeBackend:
         api_version: str = "nvidia.com/v1beta1",
         pod_defaults: PodNeeds | None = None,
         refused_again: tuple[float, float] = REFUSED_AGAIN,
+        pod_selector: str | None = None,
     ) -> None:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
         self.pod_defaults = pod_defaults  # the cluster's: what a render object leaves unset
         self.refused_again = refused_again
+        self.pod_selector = pod_selector  # only these pods are watched (a large cluster's)
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
@@ -447,7 +449,8 @@ class KubeBackend:
     async def _follow(self, kind: Kind, cache: str) -> None:
         """Mirror one kind into its cache. An informer started again (after a failure) begins
         from the cache, so what went while nobody watched is reported gone."""
-        async with self.kube.informer(kind, known=self._cache[cache]) as changes:
+        selector = self.pod_selector if cache == "pod" else None
+        async with self.kube.informer(kind, None, selector, self._cache[cache]) as changes:
             async for change in changes:
                 await self._on_change(cache, change)
 
