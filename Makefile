@@ -21,7 +21,13 @@ run: $(STAMP)
 
 # Coverage counts the `wingsmith` processes the tests start as well ([tool.coverage.run] in
 # pyproject.toml); a child that is killed (SIGKILL) rather than stopped adds nothing.
+# The manifests' test renders them with `kubectl kustomize`: Debian's kubectl, if missing.
+KUBECTL := $(shell command -v kubectl)
+
 test: $(STAMP)
+ifeq ($(KUBECTL),)
+	apt-get update -qq && apt-get install -y -qq kubectl
+endif
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
