@@ -57,7 +57,7 @@ def operator(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probes",
         metavar="HOST:PORT",
-        type=lambda text: host_port("--probes", text),
+        type=_address,
         help="serve /healthz and /readyz there, for the kubelet "
         "(as WINGSMITH_OPERATOR_PROBES; default: not served)",
     )
@@ -77,6 +77,13 @@ def operator(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=_operator)
 
 
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return host_port("--probes", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _selector(text: str) -> str:
     """A label selector, checked here rather than by the API server at the first list."""
     try:
@@ -94,13 +101,16 @@ async def _operator(args: argparse.Namespace) -> int:
             _selector(settings.operator_pod_selector)
         except argparse.ArgumentTypeError as e:
             raise SystemExit(f"WINGSMITH_OPERATOR_POD_SELECTOR: {e}") from None
+    read_only = args.read_only or settings.operator_read_only
     if leader_elect and args.simulated:
         raise SystemExit("--leader-elect: a simulated cluster has no Lease to hold")
+    if leader_elect and read_only:
+        raise SystemExit("--leader-elect: a read-only operator writes nothing, not even a Lease")
     defaults = pod_defaults(args.pod_defaults or settings.operator_pod_defaults)
     stop = stop_on_signals()
     options = OperatorOptions(
         cluster_id=args.cluster_id,
-        read_only=args.read_only or settings.operator_read_only,
+        read_only=read_only,
         simulated=bool(args.simulated),
         sync_every=settings.operator_sync_every,
     )

@@ -201,10 +201,17 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*WINGSMITH, *args], capture_output=True, text=True, timeout=60)
 
 
-def test_a_pod_selector_it_cannot_apply_stops_the_operator_before_it_starts() -> None:
+def test_options_it_cannot_honour_stop_the_operator_before_it_starts() -> None:
     refused = run("operator", "--cluster-id", "east", "--in-cluster", "--pod-selector", "a=b=c")
     assert refused.returncode == 2
     assert "--pod-selector: unsupported label selector: 'a=b=c'" in refused.stderr
+    refused = run("operator", "--cluster-id", "east", "--in-cluster", "--probes", "8081")
+    assert refused.returncode == 2
+    assert "--probes must be HOST:PORT, not '8081'" in refused.stderr
+    both = ["--in-cluster", "--read-only", "--leader-elect"]
+    refused = run("operator", "--cluster-id", "east", *both)
+    assert refused.returncode == 1
+    assert "a read-only operator writes nothing, not even a Lease" in refused.stderr
 
 
 def test_render_prints_the_dgd_for_a_deployment_object(tmp_path: Path) -> None:
