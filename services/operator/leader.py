@@ -107,7 +107,9 @@ class Elector:
             if record != self._seen:
                 self._seen, self._seen_at = record, time.monotonic()
             holder = spec.get("holderIdentity")
-            expired = time.monotonic() - self._seen_at >= self.times.duration
+            # the duration the holder advertises: replicas configured apart still agree
+            duration = spec.get("leaseDurationSeconds") or self.times.duration
+            expired = time.monotonic() - self._seen_at >= duration
             if holder and holder != self.identity and not expired:
                 return False
             await self.kube.replace_lease(self._lease(lease))
