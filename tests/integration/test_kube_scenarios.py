@@ -261,7 +261,8 @@ async def test_a_kind_the_api_server_refuses_is_a_condition_on_every_deployment_
             'pods is forbidden: User "system:serviceaccount:wingsmith:operator" cannot list '
             'resource "pods" in API group "" at the cluster scope',
         )
-        emulator[kmock.action.LIST, resource("pod")][:60] << 403 << forbidden
+        denying = [True]  # until the test lets the operator in
+        emulator[kmock.action.LIST, resource("pod"), lambda _: denying[0]] << 403 << forbidden
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=False)
         async with running_operator(client, backend):
             cluster = Cluster(emulator, client, backend)
@@ -274,6 +275,7 @@ async def test_a_kind_the_api_server_refuses_is_a_condition_on_every_deployment_
             assert "may not list and watch pods" in condition["message"]
             assert "cannot list resource" in condition["message"]
             assert await cluster.dgd() is not None  # what it may do, it does
+            denying[0] = False
 
             async def let_in() -> bool:
                 statuses = [status_of(r) for r in await cluster.reported("deployment")]

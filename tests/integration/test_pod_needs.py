@@ -86,7 +86,10 @@ async def test_a_token_and_a_model_cache_reach_the_dgd_and_a_move_needs_no_rollo
         async def created() -> bool:
             return await rendered() is not None
 
-        await wait_for(created, 20, "the DGD on the cluster")
+        async def applied_here() -> bool:  # recorded once the write (and its Event) is done
+            return "llama--east" in backend.applied
+
+        await wait_for(applied_here, 20, "the render object applied")
         applied = backend.applied["llama--east"] or {}
         assert applied["serving"]["pod"]["secret_env"] == POD["secret_env"]  # the render object
         dgd = await rendered()
