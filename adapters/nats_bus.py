@@ -563,7 +563,11 @@ async def read_stream(
                 async with asyncio.timeout(None if follow else 1.0):
                     msg = await arrived.get()
             except TimeoutError:
-                return  # nothing (more) matches
+                # slow, or gone: a message still pending (a busy server) is waited for; one
+                # that went meanwhile (a newer one on its subject replaced it) is not
+                if (await sub.consumer_info()).num_pending == 0:
+                    return
+                continue
             message = _message(msg)
             if not early(message):
                 yield message
