@@ -67,6 +67,17 @@ async def operator(
             yield Cluster(emulator, client, backend)
 
 
+async def events_recorded(cluster: Cluster, count: int) -> list[dict[str, Any]]:
+    """The Events the operator recorded, once there are `count` (they are sent beside the
+    writes, not before the writes are reported)."""
+
+    async def arrived() -> bool:
+        return len(recorded_events(cluster.emulator)) >= count
+
+    await wait_for(arrived, 15, f"{count} Events")
+    return recorded_events(cluster.emulator)
+
+
 def status_of(report: dict[str, Any]) -> dict[str, Any]:
     return report.get("status") or {}
 
@@ -134,7 +145,7 @@ async def test_a_refused_write_fails_the_deployment_with_the_servers_message_onc
         action = await cluster.until_reported("action", lambda r: True, "the action")
         assert (action["verb"], action["performed"]) == ("create", False)
         assert "must be no more than 4 characters" in action["reason"]
-        [event] = recorded_events(cluster.emulator)  # recorded before the action is reported
+        [event] = await events_recorded(cluster, 1)
         assert (event["type"], event["reason"]) == ("Warning", "Rejected")
         assert "must be no more than 4 characters" in event["message"]
 
@@ -204,7 +215,7 @@ async def test_what_the_webhook_forbids_in_place_is_replaced_not_refused(client:
         methods = [r.method.value for r in object_writes(cluster.emulator)]
         assert methods == ["PATCH", "DELETE", "PATCH"]
         recorded = [(e["involvedObject"]["name"], e["type"], e["reason"]) for e in
-                    recorded_events(cluster.emulator)]  # fmt: skip
+                    await events_recorded(cluster, 2)]  # fmt: skip
         assert recorded == [("llama", "Normal", "Created"), ("llama", "Normal", "Replaced")]
 
 
@@ -224,7 +235,7 @@ async def test_a_foreign_dgd_of_the_same_name_is_never_touched(client: Client) -
         assert object_writes(cluster.emulator) == []
         assert await cluster.dgd() == before
         # `kubectl describe` on their DGD says why it was left alone
-        [event] = recorded_events(cluster.emulator)
+        [event] = await events_recorded(cluster, 1)
         assert (event["involvedObject"]["name"], event["type"], event["reason"]) == (
             "llama",
             "Warning",

@@ -149,6 +149,7 @@ class KubeBackend:
         self._refused: dict[str, Refusal] = {}  # permanent: the render is not written again
         self._trouble: dict[str, StatusCondition] = {}  # transient: the last write failed
         self._denied: dict[str, StatusCondition] = {}  # cache -> why the API server refuses it
+        self._recording: set[asyncio.Task[None]] = set()  # Events on their way, off the writes
         # pods by the label that ties them to a deployment: ours, or an adopted graph's name
         self._pods_by_tie: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
@@ -231,7 +232,7 @@ class KubeBackend:
         )
         log.error("%s: refused: %s: %s", deployment_id, reason, message)
         if action is not None and not self.read_only:
-            await self._event(action, "Warning", reason, f"{deployment_id}: {message}")
+            self._event(action, "Warning", reason, f"{deployment_id}: {message}")
         name = (desired or {}).get("workload_id") or deployment_id.rsplit("--", 1)[0]
         report = ActionReport.model_construct(
             cluster_id=self.cluster_id,
@@ -327,7 +328,7 @@ class KubeBackend:
         performed = not (self.read_only or observed)
         if performed:
             await self._write(action)
-            await self._event(action, "Normal", DONE[action.verb], f"{deployment_id}: {action.why}")
+            self._event(action, "Normal", DONE[action.verb], f"{deployment_id}: {action.why}")
         why = "read-only mode" if self.read_only else "observed" if observed else action.why
         log.info(
             "%s: %s DynamoGraphDeployment %s/%s (%s)",
@@ -366,9 +367,10 @@ class KubeBackend:
         for adapter, replicas in action.scales:
             await self.kube.scale_adapter(action.namespace, adapter, replicas, action.version)
 
-    async def _event(self, action: Action, kind: str, reason: str, message: str) -> None:
+    def _event(self, action: Action, kind: str, reason: str, message: str) -> None:
         """A Kubernetes Event on the DGD acted on, for `kubectl describe` and whoever watches
-        events. Best effort: an event that cannot be written changes nothing else."""
+        events, sent beside the reconcile rather than in its way. Best effort: an Event that
+        cannot be written changes nothing else."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
@@ -393,10 +395,16 @@ class KubeBackend:
             "lastTimestamp": now,
             "count": 1,
         }
+        task = asyncio.create_task(self._record(body), name="event")
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record(self, event: Obj) -> None:
         try:
-            await self.kube.create_event(body)
+            await self.kube.create_event(event)
         except KubeError as e:
-            log.debug("%s/%s: no event recorded: %s", action.namespace, action.name, e)
+            where = event["involvedObject"]
+            log.debug("%s/%s: no event recorded: %s", where["namespace"], where["name"], e)
 
     # -- observing -----------------------------------------------------------------------
 
@@ -415,7 +423,7 @@ class KubeBackend:
         try:
             await asyncio.gather(*tasks)
         finally:
-            await stop_all(tasks)
+            await stop_all([*tasks, *self._recording])
 
     async def _retry_refused(self) -> None:
         """Try a refused render again once its backoff has passed: what refused it (a
