@@ -31,13 +31,23 @@ from wingsmith.domain.values import (
 
 class Node(Frozen):
     """A node as its cluster reports it: `devices` is its allocatable count, and the ids of
-    those devices, when the cluster knows them, are listed once each."""
+    those devices, when the cluster knows them, are listed once each. An `unschedulable` node
+    (cordoned, or not Ready) takes no new pods; `held_outside` of its devices are held by pods
+    Wingsmith does not manage (a discovered model not adopted, anyone else's job). Neither is
+    free for admission; `usable` is what is."""
 
     node_id: NodeName
     device_class: DeviceClass
     devices: int = Field(ge=0, le=MAX_DEVICES_PER_NODE)
     device_ids: tuple[DeviceId, ...] = Field(default=(), max_length=MAX_DEVICES_PER_NODE)
     topology_domain: LabelValue | None = None
+    unschedulable: bool = False
+    held_outside: int = Field(default=0, ge=0, le=MAX_DEVICES_PER_NODE)
+
+    @property
+    def usable(self) -> int:
+        """The devices Wingsmith may place new pods on."""
+        return 0 if self.unschedulable else self.devices - self.held_outside
 
     @field_validator("device_ids")
     @classmethod
@@ -47,6 +57,14 @@ class Node(Frozen):
         if devices is not None and len(ids) > devices:
             raise ValueError(f"{len(ids)} device ids for {devices} devices")
         return ids
+
+    @field_validator("held_outside")
+    @classmethod
+    def _within_its_devices(cls, held: int, info: ValidationInfo) -> int:
+        devices = info.data.get("devices")
+        if devices is not None and held > devices:
+            raise ValueError(f"{held} devices held outside Wingsmith of {devices}")
+        return held
 
 
 class OperatorInfo(Frozen):
