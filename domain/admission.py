@@ -292,11 +292,18 @@ class Ledger:
 
     @handles(InventoryReported)
     def _inventory_reported(self, cluster: str, e: E) -> list[str]:
+        """A cluster's capacity is what its nodes can take: an unschedulable node nothing,
+        the others their devices less those held outside Wingsmith. Pod sizes follow the
+        largest node's devices, whatever holds them, so that the render does not flap."""
         totals: dict[str, int] = {}
         nodes: dict[str, list[tuple[str, int]]] = {}
+        largest: dict[str, int] = {}
         for node in e["nodes"]:
-            totals[node["device_class"]] = totals.get(node["device_class"], 0) + node["devices"]
-            nodes.setdefault(node["device_class"], []).append((node["node_id"], node["devices"]))
+            device_class, devices = node["device_class"], node["devices"]
+            usable = 0 if node.get("unschedulable") else devices - node.get("held_outside", 0)
+            totals[device_class] = totals.get(device_class, 0) + usable
+            nodes.setdefault(device_class, []).append((node["node_id"], usable))
+            largest[device_class] = max(largest.get(device_class, 0), devices)
         classes = self.classes.get(cluster, set()) | totals.keys()
         self.classes[cluster] = set(totals)
         woken: list[str] = []
@@ -304,7 +311,9 @@ class Ledger:
             key = (cluster, device_class)
             shrank = totals.get(device_class, 0) < self.total.get(key, 0)
             self.total[key] = totals.get(device_class, 0)
-            reshaped = self._set_nodes(key, sorted(nodes.get(device_class, ())))
+            reshaped = self._set_nodes(
+                key, sorted(nodes.get(device_class, ())), largest.get(device_class, 0)
+            )
             self._refresh_room(cluster, device_class)
             woken += self._heads(self.waiting_in, key, CAPACITY)
             if shrank or reshaped:  # some waiting for quota may now never fit: no longer
@@ -313,18 +322,21 @@ class Ledger:
         self._place_again(totals)
         return self.oldest_first(woken)
 
-    def _set_nodes(self, key: Key, nodes: list[tuple[str, int]]) -> bool:
-        """A device class's nodes on a cluster; whether they changed."""
-        if tuple(nodes) == self.nodes.get(key, ()):
+    def _set_nodes(self, key: Key, nodes: list[tuple[str, int]], largest: int) -> bool:
+        """A device class's nodes on a cluster (id, usable devices) and its largest node's
+        devices; whether they changed."""
+        if tuple(nodes) == self.nodes.get(key, ()) and largest == self.largest.get(key, 0):
             return False
+        resized = largest != self.largest.get(key, 0)
         if nodes:
             self.nodes[key] = tuple(nodes)
-            self.largest[key] = max(devices for _, devices in nodes)
+            self.largest[key] = largest
         else:
             self.nodes.pop(key, None)
             self.largest.pop(key, None)
-        for deployment_id in self.members.get(key, ()):  # pod sizes follow the largest node
-            self._count_pods(deployment_id, self.deployments[deployment_id])
+        if resized:  # pod sizes follow the largest node
+            for deployment_id in self.members.get(key, ()):
+                self._count_pods(deployment_id, self.deployments[deployment_id])
         self._changed(key)
         return True
 

@@ -21,9 +21,11 @@ class Nodes(Fleet):
         self.quota("p", 10_000)
         self.pods = 0
 
-    def nodes(self, cluster: str, *sizes: int) -> list[Decision]:
+    def nodes(self, cluster: str, *sizes: int | dict[str, Any]) -> list[Decision]:
+        """Nodes n1, n2, … of these sizes, or of these fields (`devices` and the rest)."""
         nodes = [
-            {"node_id": f"n{i}", "device_class": "H100", "devices": size}
+            {"node_id": f"n{i}", "device_class": "H100"}
+            | (size if isinstance(size, dict) else {"devices": size})
             for i, size in enumerate(sizes, 1)
         ]
         return self.event("InventoryReported", cluster, nodes=nodes)
@@ -148,6 +150,52 @@ def test_16_free_devices_spread_4_4_4_4_refuse_an_8_device_single_node_worker() 
         "nodes_fitting": 0,
         "largest_node_free": 4,
     }
+
+
+def test_devices_held_outside_wingsmith_are_not_free_on_their_node() -> None:
+    """Pods Wingsmith does not manage hold 5 of n1's 8 devices and 6 of n2's: 5 devices are
+    free in sum, but no node has the 4 of a worker."""
+    fleet = Nodes()
+    fleet.nodes("east", {"devices": 8, "held_outside": 5}, {"devices": 8, "held_outside": 6})
+    [pending] = fleet.create("a", 1, 4)
+    assert verdict([pending]) == [("a", False, 0, CAPACITY)]
+    assert pending.evidence["capacity"] == 5
+    assert nodes_evidence(pending) == {
+        "pod_devices": 4,
+        "nodes_per_worker": 1,
+        "pods_needed": 1,
+        "pods_fitting": 0,
+        "nodes_fitting": 0,
+        "largest_node_free": 3,
+    }
+    # the outside pod on n1 ends: its devices are free again, and a is admitted
+    decided = fleet.nodes("east", 8, {"devices": 8, "held_outside": 6})
+    assert verdict(decided) == [("a", True, 4, None)]
+
+
+def test_an_unschedulable_node_takes_nothing_new_and_its_pods_still_count() -> None:
+    """n1 is cordoned with a's pod of 4 on it: nothing more goes to n1, and a's pod still
+    counts against the cluster until it ends."""
+    fleet = Nodes()
+    fleet.nodes("east", 8, 8)
+    assert verdict(fleet.create("a", 1, 4)) == [("a", True, 4, None)]
+    fleet.pod("a", "n1", 4)
+    fleet.nodes("east", {"devices": 8, "unschedulable": True}, 8)
+    assert verdict(fleet.create("b", 1, 4)) == [("b", True, 4, None)]
+    [pending] = fleet.create("c", 1, 4)
+    assert verdict([pending]) == [("c", False, 0, CAPACITY)]
+    assert (pending.evidence["capacity"], pending.evidence["held_in_cluster"]) == (8, 8)
+
+
+def test_pod_sizes_follow_the_nodes_devices_not_what_is_free_on_them() -> None:
+    """A worker of 8 stays one pod of 8 when outside pods hold devices on every 8-device
+    node (it waits), rather than being split into pods that would flap the render."""
+    fleet = Nodes()
+    fleet.nodes("east", {"devices": 8, "held_outside": 2}, {"devices": 8, "held_outside": 2})
+    [pending] = fleet.create("a", 1, 8)
+    assert verdict([pending]) == [("a", False, 0, CAPACITY)]
+    assert nodes_evidence(pending)["pod_devices"] == 8
+    assert nodes_evidence(pending)["largest_node_free"] == 6
 
 
 def test_grants_not_started_yet_reserve_their_pods_on_whole_nodes() -> None:

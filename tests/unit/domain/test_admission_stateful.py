@@ -37,12 +37,22 @@ CLUSTERS = ("east", "west")
 PROJECTS = ("p", "q")
 
 
-NODES = st.lists(st.integers(0, 8), min_size=1, max_size=3)  # node sizes of a cluster
+# A cluster's nodes: (devices, unschedulable, devices held by pods Wingsmith does not manage)
+NODE = st.tuples(st.integers(0, 8), st.sampled_from([False] * 4 + [True]), st.integers(0, 2))
+NODES = st.lists(NODE, min_size=1, max_size=3)
+NodeSpec = tuple[int, bool, int]
 
 
-def inventory(sizes: list[int]) -> tuple[Node, ...]:
+def inventory(sizes: list[NodeSpec]) -> tuple[Node, ...]:
     return tuple(
-        Node(node_id=f"n{i}", device_class="H100", devices=d) for i, d in enumerate(sizes, 1)
+        Node(
+            node_id=f"n{i}",
+            device_class="H100",
+            devices=d,
+            unschedulable=unschedulable,
+            held_outside=min(held, d),
+        )
+        for i, (d, unschedulable, held) in enumerate(sizes, 1)
     )
 
 
@@ -56,7 +66,7 @@ def config(per: int, disaggregated: bool = False) -> ServingConfig:
 
 class AdmissionMachine(RuleBasedStateMachine):
     @initialize(totals=st.tuples(NODES, NODES))
-    def start(self, totals: tuple[list[int], list[int]]) -> None:
+    def start(self, totals: tuple[list[NodeSpec], list[NodeSpec]]) -> None:
         self.ledger = Ledger()
         self.position = 0
         self.deployments: list[Deployment] = []
@@ -134,7 +144,7 @@ class AdmissionMachine(RuleBasedStateMachine):
     def assert_room(self, grown: Deployment, devices: int) -> None:
         """Counted from the aggregates: what every other deployment holds; and on the nodes,
         the new pods fit what live pods and others' grants not started yet leave."""
-        total = self.clusters[grown.cluster_id].devices().get("H100", 0)
+        total = self.usable(grown.cluster_id)
         quota = self.projects[grown.project].quota.get("H100", 0)
         others = [d for d in self.deployments if d is not grown]
         in_cluster = sum(self.held(d) for d in others if d.cluster_id == grown.cluster_id)
@@ -148,7 +158,13 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert not pack(free, new), (devices, pod, free)
 
     def sizes(self, cluster_id: str) -> list[int]:
+        """The nodes' devices, whatever holds them: what pod sizes follow."""
         return [n.devices for n in self.clusters[cluster_id].nodes]
+
+    def usable(self, cluster_id: str) -> int:
+        """What the cluster can take: nothing on unschedulable nodes, the devices held
+        outside Wingsmith left out."""
+        return sum(n.usable for n in self.clusters[cluster_id].nodes)
 
     def pod(self, d: Deployment) -> int | None:
         """Devices a pod of the deployment's workers has on its cluster's nodes."""
@@ -162,7 +178,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         live = [r for r in self.replicas if not r.terminated]
         free = [
             max(
-                n.devices
+                n.usable
                 - sum(
                     len(r.device_ids)
                     for r in live
@@ -299,7 +315,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.feed(self.projects[project])
 
     @rule(cluster_id=st.sampled_from(CLUSTERS), sizes=NODES)
-    def report_inventory(self, cluster_id: str, sizes: list[int]) -> None:
+    def report_inventory(self, cluster_id: str, sizes: list[NodeSpec]) -> None:
         self.clusters[cluster_id].report_inventory(cluster(), inventory(sizes))
         self.feed(self.clusters[cluster_id])
 
@@ -420,7 +436,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         aggregates: its workers' pods, too, would fit the cluster's nodes were they free."""
         return (
             slot.reason == reason
-            and slot.wanted <= self.clusters[slot.cluster].devices().get("H100", 0)
+            and slot.wanted <= self.usable(slot.cluster)
             and slot.wanted <= self.projects[slot.project].quota.get("H100", 0)
             and self.pods_could_fit(slot)
         )
@@ -430,7 +446,8 @@ class AdmissionMachine(RuleBasedStateMachine):
         n = nodes_per_worker(slot.per_worker, sizes)
         if n is None:
             return False
-        return slot.desired * slot.workers * n <= room(sizes, slot.per_worker // n)
+        usable = [n.usable for n in self.clusters[slot.cluster].nodes]
+        return slot.desired * slot.workers * n <= room(usable, slot.per_worker // n)
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
@@ -468,7 +485,7 @@ class PassMachine(AdmissionMachine):
     every pass."""
 
     @initialize(totals=st.tuples(NODES, NODES))
-    def start(self, totals: tuple[list[int], list[int]]) -> None:
+    def start(self, totals: tuple[list[NodeSpec], list[NodeSpec]]) -> None:
         self.waiting: list[Event] = []
         self.passes = 0
         super().start(totals)
@@ -521,8 +538,8 @@ def test_a_pass_decides_once_for_a_deployment_back_where_it_stood() -> None:
     only device and u0 is short of quota again, as it was. The pass used to send both of
     u0's decisions; it sends none (test_admission.py has it on the bare ledger)."""
     state = PassMachine()
-    state.start(totals=([0], [0]))
-    state.report_inventory(cluster_id="east", sizes=[1])
+    state.start(totals=([(0, False, 0)], [(0, False, 0)]))
+    state.report_inventory(cluster_id="east", sizes=[(1, False, 0)])
     state.create_workload(per=2, project="q", replicas=5, disaggregated=False)
     state.run_pass()
     state.set_quota(devices=10, project="q")
