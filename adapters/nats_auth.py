@@ -102,7 +102,9 @@ def operator_permissions(cluster_id: str) -> Permissions:
     refuses a request whose body's filter differs from the one in the subject, so the operator
     can create its consumer only with its own filter. No stream info, message get or direct get,
     no other consumer's name: those would read (or list) other clusters' subjects.
-    Writing: its own observation subjects, through JetStream (the acks come to its inbox)."""
+    Writing: its own observation subjects, through JetStream (the acks come to its inbox).
+    Its node agents log in as it, and publish on its observation subjects too; it hears them
+    there (`wingsmith.obs.<cluster>.devices.<node>`), and no other cluster's."""
     stream, consumer = RENDER_STREAM, operator_consumer(cluster_id)
     api = f"$JS.API.CONSUMER.{{}}.{stream}.{consumer}"
     return Permissions(
@@ -114,7 +116,10 @@ def operator_permissions(cluster_id: str) -> Permissions:
             api.format("MSG.NEXT"),
             f"$JS.ACK.{stream}.{consumer}.>",
         ),
-        subscribe=(f"{operator_inbox_prefix(cluster_id)}.>",),
+        subscribe=(
+            f"{operator_inbox_prefix(cluster_id)}.>",
+            names.node_devices_subject(cluster_id, "*"),  # its node agents' reports
+        ),
     )
 
 

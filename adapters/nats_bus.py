@@ -56,6 +56,7 @@ from wingsmith.domain.names import (
     view_bucket,
 )
 from wingsmith.domain.subjects import key_subject, key_value
+from wingsmith.domain.subjects import token as subject_token
 
 log = logging.getLogger(__name__)
 
@@ -917,6 +918,32 @@ async def publish_observation(
         stream=OBS_STREAM,
         headers={"Nats-Msg-Id": msg_id},
     )
+
+
+async def publish_node_devices(
+    nc: Client, cluster_id: str, node_id: str, payload: dict[str, Any], msg_id: str
+) -> None:
+    """A node agent's report, on `wingsmith.obs.<cluster>.devices.<node>`, through the
+    observation stream (kept there for audit; the same `msg_id` within the stream's duplicate
+    window is stored once, and still heard by the operator)."""
+    await nc.jetstream().publish(
+        names.node_devices_subject(cluster_id, subject_token(node_id)),
+        orjson.dumps(payload),
+        stream=OBS_STREAM,
+        headers={"Nats-Msg-Id": msg_id},
+    )
+
+
+async def node_devices(nc: Client, cluster_id: str) -> AsyncIterator[bytes]:
+    """Every node agent report of a cluster from now on, as published (core NATS: the
+    agents publish again every refresh, so nothing older is needed)."""
+    sub = await nc.subscribe(names.node_devices_subject(cluster_id, "*"), pending_msgs_limit=10_000)
+    try:
+        async for msg in sub.messages:
+            yield msg.data
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
 
 
 # Operators: logging in with their own credentials and reading their cluster's render objects.

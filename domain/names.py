@@ -23,6 +23,7 @@ SIMULATED = "wingsmith.sim"  # .<cluster>.fault: faults asked of a simulated clu
 
 HEALTH_SUBJECT = f"{COMMANDS}.hub.health"  # under the commands: every client role may ask
 HEARTBEAT = "heartbeat"  # the kind of observation every operator sends every few seconds
+NODE_DEVICES = "devices"  # .<node>: what a node agent read from its kubelet, for the operator
 
 
 def every(prefix: str) -> str:
@@ -37,6 +38,12 @@ def command_subject(verb: str) -> str:
 
 def observation_subject(cluster_id: str, kind: str) -> str:
     return f"{OBSERVATIONS}.{cluster_id}.{kind}"
+
+
+def node_devices_subject(cluster_id: str, node_token: str) -> str:
+    """`wingsmith.obs.<cluster>.devices.<node>`: a node agent's report, the node's name made
+    one token (`domain.subjects.token`)."""
+    return observation_subject(cluster_id, f"{NODE_DEVICES}.{node_token}")
 
 
 def render_filter(cluster_id: str) -> str:

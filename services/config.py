@@ -91,6 +91,8 @@ class Settings:
     operator_pod_selector: str | None = None  # only the pods it matches are watched
     operator_leader_elect: bool = False  # act only while holding the cluster's Lease
     operator_lease_seconds: float = 15.0  # how long a silent leader's Lease stands
+    operator_node_agents: bool = False  # node agents report devices: wait for their ids
+    node_name: str | None = None  # the node a node agent runs on (the downward API's)
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write

@@ -206,6 +206,10 @@ class Environment(BaseSettings):
     operator_lease_seconds: Annotated[float, _number(1, 3_600)] = _var(
         "WINGSMITH_OPERATOR_LEASE_SECONDS", 15.0
     )
+    operator_node_agents: Annotated[bool, _switch(False)] = _var(
+        "WINGSMITH_OPERATOR_NODE_AGENTS", False
+    )
+    node_name: Annotated[str | None, _read(_text)] = _var("WINGSMITH_NODE_NAME", None)
     operator_probes: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
         "WINGSMITH_OPERATOR_PROBES", None
     )

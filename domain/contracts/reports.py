@@ -34,8 +34,13 @@ from wingsmith.domain.values import (
 MAX_VERSION = 2**63 - 1  # a resourceVersion or sequence number: what a signed 64-bit holds
 VERSION_HELP = "The cluster's ordering (a resourceVersion); 0: none"
 MAX_NODES = 10_000  # one report's nodes; a payload holds about 2,000 with 8 device ids each
+MAX_PODS_PER_NODE = 1_000  # Kubernetes' own limit is 110 by default, and a few hundred at most
 
 Version = Annotated[int, Field(ge=0, le=MAX_VERSION, description=VERSION_HELP)]
+# An extended resource's name, as a device plugin registers it: `nvidia.com/gpu`
+ResourceName = Annotated[
+    str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-_.A-Za-z0-9]{1,63}$", max_length=253)
+]
 EngineVersion = Annotated[str, *text(64, min_length=1)]  # a client wrote it: any text
 
 
@@ -186,6 +191,44 @@ class DiscoveryReport(Report):
         ):
             raise ValueError("sighting names another object than namespace and name")
         return self
+
+
+class PodDevices(BaseModel):
+    """The devices one pod holds, as its node's kubelet names them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    namespace: Namespace
+    name: PodName
+    device_ids: list[DeviceId] = Field(min_length=1, max_length=MAX_DEVICES_PER_NODE)
+
+    @field_validator("device_ids")
+    @classmethod
+    def _each_device_once(cls, ids: list[str]) -> list[str]:
+        once_each(ids)
+        return ids
+
+
+class NodeDevicesReport(Report):
+    """What a node agent read from its node's kubelet (`wingsmith node-agent`): the devices
+    the node can allocate (null: the kubelet does not say) and those each pod holds, of the
+    resources it watches. Published on `wingsmith.obs.<cluster>.devices.<node>` for the
+    cluster's operator, which joins it with the pods it reports; not a kind the hub takes.
+    Sent when it changes and at least every `refresh` seconds, so that an operator that
+    started since, or that stops hearing it, knows."""
+
+    kind = "devices"
+    node_id: NodeName
+    resources: list[ResourceName] = Field(min_length=1, max_length=16)  # what it watches
+    allocatable: list[DeviceId] | None = Field(max_length=MAX_DEVICES_PER_NODE)
+    pods: list[PodDevices] = Field(max_length=MAX_PODS_PER_NODE)
+    refresh: float = Field(gt=0, le=3600)
+
+    @field_validator("pods")
+    @classmethod
+    def _pods_and_devices_once(cls, pods: list[PodDevices]) -> list[PodDevices]:
+        once_each([f"{p.namespace}/{p.name}" for p in pods])
+        once_each([d for p in pods for d in p.device_ids])
+        return pods
 
 
 KINDS: tuple[type[Report], ...] = (

@@ -32,6 +32,10 @@ COMMANDS = {
     "operator": Command(
         "operator:operator", "run the operator of one cluster until SIGINT/SIGTERM"
     ),
+    "node-agent": Command(
+        "node_agent:node_agent",
+        "report which devices each pod on this node holds, from the kubelet, until stopped",
+    ),
     "render": Command(
         "manifests:render",
         "print the DynamoGraphDeployment (YAML) for a Deployment object (JSON)",

@@ -74,6 +74,13 @@ def operator(parser: argparse.ArgumentParser) -> None:
         help="act only while holding the Lease wingsmith-operator-<cluster> in --namespace, so "
         "that of several replicas one acts (as WINGSMITH_OPERATOR_LEADER_ELECT=true)",
     )
+    parser.add_argument(
+        "--node-agents",
+        action="store_true",
+        help="node agents (`wingsmith node-agent`) run on the GPU nodes: report each replica "
+        "with the device ids its node's agent gives, not stand-ins "
+        "(as WINGSMITH_OPERATOR_NODE_AGENTS=true)",
+    )
     parser.set_defaults(run=_operator)
 
 
@@ -104,6 +111,8 @@ async def _operator(args: argparse.Namespace) -> int:
     read_only = args.read_only or settings.operator_read_only
     if leader_elect and args.simulated:
         raise SystemExit("--leader-elect: a simulated cluster has no Lease to hold")
+    if args.node_agents and args.simulated:
+        raise SystemExit("--node-agents: a simulated cluster has no kubelet to read")
     if leader_elect and read_only:
         raise SystemExit("--leader-elect: a read-only operator writes nothing, not even a Lease")
     defaults = pod_defaults(args.pod_defaults or settings.operator_pod_defaults)
@@ -139,6 +148,7 @@ async def _operator(args: argparse.Namespace) -> int:
                     api_version=args.api_version,
                     pod_defaults=defaults,
                     pod_selector=args.pod_selector or settings.operator_pod_selector,
+                    node_agents=args.node_agents or settings.operator_node_agents,
                 )
             work = functools.partial(run_operator, nc, backend, options)
             if leader_elect:

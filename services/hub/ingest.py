@@ -90,6 +90,13 @@ def parse(subject: str, data: bytes, msg_id: str) -> c.Command:
         raise Refused(f"{subject}: {where}: {problem}") from None
 
 
+def _for_the_operator(subject: str) -> bool:
+    """A node agent's report (`wingsmith.obs.<cluster>.devices.<node>`): its cluster's
+    operator reads it; it reaches the hub only because the observation stream keeps it."""
+    parts = subject.split(".", 4)
+    return len(parts) == 5 and parts[3] == names.NODE_DEVICES
+
+
 def _object(subject: str, data: bytes) -> dict[str, Any]:
     """The report's JSON object: within the size limit, with no key given twice."""
     if len(data) > MAX_REPORT:
@@ -271,6 +278,9 @@ class Intake:
         runnable: list[tuple[Delivery, c.Command]] = []
         waiting: dict[str, int] = {}
         for delivery in batch:
+            if _for_the_operator(delivery.subject):  # a node agent's report: not the hub's
+                await delivery.ack()
+                continue
             cluster_id = _cluster_of(delivery.subject)
             delay = self.buckets.take(cluster_id, delivery.msg_id)
             if delay:

@@ -158,6 +158,8 @@ async def run_operator(
         "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend, counted, report),
         "sync": lambda: _syncs(report, backend, options.sync_every),
     }
+    if (take := getattr(backend, "take_node_devices", None)) is not None:
+        parts["node-devices"] = lambda: _node_devices(nc, options.cluster_id, take)
     tasks = [
         asyncio.create_task(
             supervise(f"operator {name}", run, RESTART, stopping=stopping, logger=log), name=name
@@ -188,6 +190,14 @@ def _heartbeats(report: Report, options: OperatorOptions) -> Callable[[], Awaita
             await asyncio.sleep(options.heartbeat_every)
 
     return beat
+
+
+async def _node_devices(
+    nc: nats_bus.Connection, cluster_id: str, take: Callable[[bytes], Awaitable[None]]
+) -> None:
+    """Hand the backend what the cluster's node agents report (services/operator/agent.py)."""
+    async for data in nats_bus.node_devices(nc, cluster_id):
+        await take(data)
 
 
 async def _syncs(report: Reporter, backend: Backend, every: float) -> None:

@@ -368,6 +368,14 @@ ACTIONS: dict[str, Action] = {
         HUB, listen("wingsmith.render.>", "wingsmith.render.west.probe--west")
     ),
     "subscribe-to-observations": Action(HUB, listen("wingsmith.obs.>", "wingsmith.obs.west.p")),
+    # an operator hears its own cluster's node agents, and no other cluster's
+    "subscribe-to-easts-node-agents": Action(
+        HUB | {"operator-east"},
+        listen("wingsmith.obs.east.devices.*", "wingsmith.obs.east.devices.gpu-1"),
+    ),
+    "subscribe-to-easts-reports": Action(
+        HUB, listen("wingsmith.obs.east.>", "wingsmith.obs.east.devices.gpu-1")
+    ),
     # Each user has an inbox prefix of its own: nobody reads another's replies, nor learns the
     # names of its consumers from them.
     "subscribe-to-the-default-inbox": Action(HUB, listen("_INBOX.>", "_INBOX.probe")),

@@ -127,7 +127,9 @@ async def operator(
     read_only: bool = False,
     api_version: str = "nvidia.com/v1beta1",
     pod_selector: str | None = None,
+    **options: Any,
 ) -> AsyncIterator[Cluster]:
+    """An operator for cluster east on a kmock cluster; `options`: the backend's others."""
     await nats_bus.ensure_streams(client)
     async with kube_emulator() as (emulator, _, kube):
         backend = KubeBackend(
@@ -137,6 +139,7 @@ async def operator(
             read_only=read_only,
             api_version=api_version,
             pod_selector=pod_selector,
+            **options,
         )
         async with running_operator(client, backend, read_only=read_only):
             yield Cluster(emulator, client, backend)

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from wingsmith.adapters.kube import (
     DGD_GROUP,
@@ -56,6 +57,7 @@ from wingsmith.domain.contracts.reports import (
     DeploymentReport,
     DiscoveryReport,
     InventoryReport,
+    NodeDevicesReport,
     ReplicaReport,
     ReplicaState,
     Report,
@@ -94,6 +96,9 @@ COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-component-type"
 SUB_COMPONENT_TYPE_LABEL = "nvidia.com/dynamo-sub-component-type"
 V1BETA1, V1ALPHA1 = "nvidia.com/v1beta1", "nvidia.com/v1alpha1"
 REFUSED_AGAIN = (60.0, 3600.0)  # seconds before a refused render is tried again: first, cap
+AGENT_SILENT = 3  # refreshes a node agent may miss before its node's devices are not its word
+AGENT_GRACE = 60.0  # seconds after a start to hear from each node's agent, with --node-agents
+AGENT_CHECK = 2.0  # seconds between two looks for node agents gone silent
 EVENT_SOURCE = "wingsmith-operator"  # who the Kubernetes Events it records come from
 DONE = {  # a write's Event reason
     "create": "Created",
@@ -126,11 +131,15 @@ class KubeBackend:
         pod_defaults: PodNeeds | None = None,
         refused_again: tuple[float, float] = REFUSED_AGAIN,
         pod_selector: str | None = None,
+        node_agents: bool = False,
+        agent_grace: float = AGENT_GRACE,
     ) -> None:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
         self.pod_defaults = pod_defaults  # the cluster's: what a render object leaves unset
         self.refused_again = refused_again
         self.pod_selector = pod_selector  # only these pods are watched (a large cluster's)
+        self.node_agents = node_agents  # every GPU node runs one: its pods wait for its word
+        self.agent_grace = agent_grace
         self.read_only, self.api_version = read_only, api_version
         self.desired: dict[str, Mapping[str, Any]] = {}
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
@@ -152,6 +161,14 @@ class KubeBackend:
         self._recording: set[asyncio.Task[None]] = set()  # Events on their way, off the writes
         # pods by the label that ties them to a deployment: ours, or an adopted graph's name
         self._pods_by_tie: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # node agents: each node's last report, when it came, and its pods' devices; the
+        # devices each pod was reported with (a replica's devices do not change); the pods
+        # that request GPUs (what is held outside Wingsmith is counted from them)
+        self._agents: dict[str, tuple[NodeDevicesReport, float]] = {}
+        self._held: dict[str, dict[tuple[str, str], list[str]]] = {}
+        self._given: dict[tuple[str, str], list[str]] = {}
+        self._gpu_pods: dict[tuple[str, str], Obj] = {}
+        self._started = time.monotonic()
 
     # -- render object -------------------------------------------------------------------
 
@@ -416,6 +433,7 @@ class KubeBackend:
             asyncio.create_task(self._follow("pod", "pod"), name="pod"),
             asyncio.create_task(self._follow("node", "node"), name="node"),
             asyncio.create_task(self._retry_refused(), name="refused"),
+            asyncio.create_task(self._watch_agents(), name="agents"),
         ]
         # Not a TaskGroup: a follower reports through NATS, whose client can swallow a
         # cancellation, and a TaskGroup cancels its tasks only once; `stop_all` cancels again
@@ -480,8 +498,14 @@ class KubeBackend:
             if cache == "node":
                 await self._report_inventory()
             return
+        outside = False  # whether devices held outside Wingsmith may have changed
         if cache == "pod":
             self._index_pod(self._cache["pod"].get(_key(obj)), obj, gone)
+            holds = not gone and _gpus(obj) > 0
+            if holds or self._gpu_pods.pop(_key(obj), None) is not None:
+                if holds:
+                    self._gpu_pods[_key(obj)] = obj
+                outside = self._owner_of_pod(obj) is None and "node" in self._synced
         if gone:
             self._cache[cache].pop(_key(obj), None)
         else:
@@ -493,6 +517,10 @@ class KubeBackend:
                 await self._restore(deployment_id)
         elif cache == "pod":
             await self._on_pod(obj, gone)
+            if gone:
+                self._given.pop(_key(obj), None)
+            if outside:
+                await self._report_inventory()
             if (deployment_id := self._deployment_of_pod(obj)) is not None:
                 await self._report_status(deployment_id)
         elif "node" in self._synced:
@@ -526,6 +554,8 @@ class KubeBackend:
         for pod in list(self._cache["pod"].values()):
             if self._deployment_of_pod(pod) == deployment_id:
                 await self._on_pod(pod, gone=False)
+        if "node" in self._synced:  # its pods are no longer held outside Wingsmith
+            await self._report_inventory()
 
     async def _on_dgd(self, dgd: Obj, gone: bool) -> None:
         deployment_id = self._deployment_of_dgd(dgd)
@@ -642,18 +672,107 @@ class KubeBackend:
         node = spec.get("nodeName")
         if not node or not _is_worker(pod):
             return None
+        device_ids = self._devices_of(pod, node)
+        if device_ids is None:
+            return None
         desired = self.desired.get(deployment_id) or self.applied.get(deployment_id) or {}
         return ReplicaReport.model_construct(
             cluster_id=self.cluster_id,
             deployment_id=deployment_id,
             pod=meta["name"],
             node_id=node,
-            device_ids=_device_ids(pod, node),
+            device_ids=device_ids,
             serving_digest=_digest(pod, desired),
             engine_version=desired.get("serving", {}).get("engine_version") or "unknown",
             state=_pod_state(pod, gone),
             version=_version(meta),
         )
+
+    def _devices_of(self, pod: Obj, node: str) -> list[str] | None:
+        """The devices a worker pod holds: as first reported (a replica's devices do not
+        change); else as its node's agent says the kubelet allocated them; else, where no
+        agent speaks for the node, from the pod (stand-ins, `_device_ids`). None while the
+        agent has not named them yet: the replica is reported once it has."""
+        key = _key(pod)
+        if (given := self._given.get(key)) is not None:
+            return given
+        agent = self._agent(node)
+        if agent is not None:
+            held = self._held[node].get(key)
+            if held is None and not set(agent.resources).isdisjoint(_requests(pod)):
+                return None  # the kubelet has not allocated them yet
+        elif self._awaits_agent(node):
+            return None
+        else:
+            held = None
+        ids = held if held is not None else _device_ids(pod, node)
+        self._given[key] = ids
+        return ids
+
+    def _agent(self, node: str) -> NodeDevicesReport | None:
+        """The node's agent's report, unless the agent has gone silent."""
+        heard = self._agents.get(node)
+        if heard is None or time.monotonic() - heard[1] > AGENT_SILENT * heard[0].refresh:
+            return None
+        return heard[0]
+
+    def _awaits_agent(self, node: str) -> bool:
+        """Whether a silent node's pods wait for its agent still: only with `node_agents`,
+        for a node never heard from, for `agent_grace` seconds after this start."""
+        return (
+            self.node_agents
+            and node not in self._agents
+            and time.monotonic() - self._started < self.agent_grace
+        )
+
+    async def take_node_devices(self, data: bytes) -> None:
+        """A node agent's report (services/operator/agent.py), as published: checked as
+        strictly as the hub checks reports (a node is no more trusted than a client); its
+        node's pods are reported again with what it says."""
+        try:
+            report = NodeDevicesReport.model_validate_json(data, strict=True)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(body)"
+            problem = first["msg"].removeprefix("Value error, ")
+            log.warning("a node agent's report was refused: %s: %s", where, problem)
+            return
+        if report.cluster_id != self.cluster_id:
+            log.warning("a node agent reported for cluster %r: refused", report.cluster_id)
+            return
+        node = report.node_id
+        before = self._agent(node)
+        self._agents[node] = (report, time.monotonic())
+        if report != before:
+            self._held[node] = {(p.namespace, p.name): p.device_ids for p in report.pods}
+            await self._devices_changed(node)
+
+    async def _watch_agents(self) -> None:
+        """Nodes whose agent went silent, and, with `node_agents`, those never heard from once
+        the grace is over: their pods are reported with what the pods say."""
+        waiting = self.node_agents
+        while True:
+            await asyncio.sleep(AGENT_CHECK)
+            now = time.monotonic()
+            for node, (report, heard) in list(self._agents.items()):
+                if now - heard > AGENT_SILENT * report.refresh:
+                    log.warning("node %s: its agent is silent; its devices are stand-ins", node)
+                    del self._agents[node]
+                    self._held.pop(node, None)
+                    await self._devices_changed(node)
+            if waiting and now - self._started >= self.agent_grace:
+                waiting = False
+                for node in {p.get("spec", {}).get("nodeName") for p in self._gpu_pods.values()}:
+                    if node and node not in self._agents:
+                        log.warning("node %s: no agent was heard from; stand-ins", node)
+                        await self._devices_changed(node)
+
+    async def _devices_changed(self, node: str) -> None:
+        for pod in list(self._gpu_pods.values()):
+            if pod.get("spec", {}).get("nodeName") == node:
+                await self._on_pod(pod, gone=False)
+        if "node" in self._synced:
+            await self._report_inventory()
 
     def readiness(self) -> dict[str, bool]:
         """Each informer has listed what it watches (the DGDs, the pods, the nodes)."""
@@ -709,18 +828,60 @@ class KubeBackend:
         await self._send(f"live:{deployment_id}", report)
 
     async def _report_inventory(self) -> None:
-        nodes = [
-            Node.model_construct(
-                node_id=name,
-                device_class=labels[GPU_PRODUCT_LABEL],
-                devices=_quantity(node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)),
-                topology_domain=labels.get(TOPOLOGY_LABEL),
+        """Every GPU node: its devices (named, where its agent names them), whether it takes
+        new pods, and how many of its devices pods Wingsmith does not manage hold."""
+        outside = self._held_outside()
+        nodes = []
+        for (_, name), node in sorted(self._cache["node"].items()):
+            labels = node["metadata"].get("labels") or {}
+            if GPU_PRODUCT_LABEL not in labels:
+                continue
+            devices = _quantity(node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE))
+            fields: dict[str, Any] = {}
+            agent = self._agent(name)
+            if agent is not None and agent.allocatable is not None:
+                ids = sorted({*agent.allocatable, *(d for p in agent.pods for d in p.device_ids)})
+                devices = max(devices, len(ids))
+                fields["device_ids"] = ids
+            if _unschedulable(node):
+                fields["unschedulable"] = True
+            if held := min(outside.get(name, 0), devices):
+                fields["held_outside"] = held
+            nodes.append(
+                Node.model_construct(
+                    node_id=name,
+                    device_class=labels[GPU_PRODUCT_LABEL],
+                    devices=devices,
+                    topology_domain=labels.get(TOPOLOGY_LABEL),
+                    **fields,
+                )
             )
-            for (_, name), node in sorted(self._cache["node"].items())
-            if GPU_PRODUCT_LABEL in (labels := node["metadata"].get("labels") or {})
-        ]
         report = InventoryReport.model_construct(cluster_id=self.cluster_id, nodes=nodes)
         await self._send("inventory", report)
+
+    def _held_outside(self) -> Counter[str]:
+        """Devices per node held by pods that are no deployment's: as a node's agent lists
+        them where one speaks, else as the pods Wingsmith sees request them."""
+        outside: Counter[str] = Counter()
+        spoken = set()
+        for node in list(self._agents):
+            if (agent := self._agent(node)) is None:
+                continue
+            spoken.add(node)
+            for p in agent.pods:
+                pod = self._cache["pod"].get((p.namespace, p.name))
+                if pod is None or self._owner_of_pod(pod) is None:
+                    outside[node] += len(p.device_ids)
+        for pod in self._gpu_pods.values():
+            node = pod.get("spec", {}).get("nodeName")
+            if (
+                node
+                and node not in spoken
+                and pod.get("status", {}).get("phase") not in {"Succeeded", "Failed"}
+                and self._owner_of_pod(pod) is None
+            ):
+                outside[node] += _gpus(pod)
+        return outside
 
     async def _send(self, key: str, report: Report) -> None:
         """Report, unless it says what was last reported under `key` (its `version` aside: an
@@ -810,11 +971,35 @@ def _device_ids(pod: Obj, node: str) -> list[str]:
     annotated = (pod["metadata"].get("annotations") or {}).get(DEVICE_IDS_ANNOTATION)
     if annotated:
         return [d.strip() for d in annotated.split(",") if d.strip()]
-    gpus = sum(
+    return [f"{node}/{pod['metadata']['name']}/gpu{i}" for i in range(_gpus(pod))]
+
+
+def _requests(pod: Obj) -> set[str]:
+    """The extended resources (those with a `/`) the pod's containers ask for."""
+    return {
+        name
+        for c in pod.get("spec", {}).get("containers") or ()
+        for name in ((c.get("resources") or {}).get("limits") or {})
+        if "/" in name
+    }
+
+
+def _gpus(pod: Obj) -> int:
+    """The GPUs the pod's containers ask for (a GPU's request is its limit)."""
+    return sum(
         _quantity(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE))
         for c in pod.get("spec", {}).get("containers") or ()
     )
-    return [f"{node}/{pod['metadata']['name']}/gpu{i}" for i in range(gpus)]
+
+
+def _unschedulable(node: Obj) -> bool:
+    """Cordoned, or not Ready (a node that reports no Ready condition yet is taken as it
+    is): the scheduler puts no new pod there."""
+    if node.get("spec", {}).get("unschedulable"):
+        return True
+    conditions = node.get("status", {}).get("conditions") or ()
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    return ready is not None and ready.get("status") != "True"
 
 
 def _quantity(value: Any) -> int:

@@ -226,6 +226,7 @@ class SimulatedCluster:
                     self.written.pop(deployment_id, None)
                     self.pods[f"dgd:{_adopted_key(removed)}"] = self.pods.pop(deployment_id, {})
                     self._save()
+                    await self._report_inventory()
                     return
             else:
                 self.desired[deployment_id] = desired
@@ -418,6 +419,7 @@ class SimulatedCluster:
             for pod in list(self.pods.get(owner, {}).values()):
                 await self._terminate(owner, pod)
             await self._report_sighting(key, gone=True)
+            await self._report_inventory()
             return {"ok": True}
         if key in self.foreign:
             return {"ok": False, "error": f"name: {key!r} runs already"}
@@ -462,6 +464,7 @@ class SimulatedCluster:
             "tensor_parallel": gpus,
         }
         await self._report_sighting(key)
+        await self._report_inventory()
         return {"ok": True}
 
     async def _model_loaded(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -491,6 +494,7 @@ class SimulatedCluster:
             state = ReplicaState.READY if pod.ready else ReplicaState.STARTED
             await self._report_replica(deployment_id, pod, state)
         await self._report_status(deployment_id)
+        await self._report_inventory()  # its devices are no longer held outside Wingsmith
 
     async def _set_lost(self, node: SimNode, lost: bool) -> None:
         """A lost node takes its pods with it, and every replica one of them was part of."""
@@ -749,17 +753,30 @@ class SimulatedCluster:
             await self._report(report.model_copy(update={"version": next(self._versions)}))
 
     async def _report_inventory(self) -> None:
-        nodes = [
-            Node.model_construct(
-                node_id=n.node_id,
-                device_class=n.device_class,
-                devices=n.devices,
-                device_ids=tuple(n.device_ids),
-                topology_domain=n.topology_domain,
+        """Every node not lost, and the devices models run by hand (not adopted) hold there:
+        held outside Wingsmith."""
+        outside: Counter[str] = Counter()
+        for owner, pods in self.pods.items():
+            if owner.startswith("dgd:"):
+                for pod in pods.values():
+                    outside[pod.node.node_id] += len(pod.device_ids)
+        nodes = []
+        for n in self.nodes:
+            if n.lost:
+                continue
+            held: dict[str, Any] = (
+                {"held_outside": outside[n.node_id]} if n.node_id in outside else {}
             )
-            for n in self.nodes
-            if not n.lost
-        ]
+            nodes.append(
+                Node.model_construct(
+                    node_id=n.node_id,
+                    device_class=n.device_class,
+                    devices=n.devices,
+                    device_ids=tuple(n.device_ids),
+                    topology_domain=n.topology_domain,
+                    **held,
+                )
+            )
         if self._report is not None:
             await self._report(
                 InventoryReport.model_construct(cluster_id=self.cluster_id, nodes=nodes)

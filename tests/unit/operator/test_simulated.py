@@ -16,6 +16,7 @@ import orjson
 from wingsmith.domain.contracts.reports import (
     ActionReport,
     DeploymentReport,
+    InventoryReport,
     ReplicaReport,
     ReplicaState,
 )
@@ -283,3 +284,22 @@ async def test_replicas_and_faults_outlive_the_operator(tmp_path: Path) -> None:
         pods = run.cluster.pods["chat--east"].values()
         assert {p.node.node_id for p in pods} <= {"east-n1"}
         assert all(sum(q.replica == p.replica for q in pods) == 2 for p in pods)
+
+
+async def test_a_model_run_by_hand_holds_its_devices_outside_wingsmith_until_adopted() -> None:
+    def held_outside(run: Running) -> list[int]:
+        [inventory] = [r for r in run.reports if isinstance(r, InventoryReport)][-1:]
+        return [n.held_outside for n in inventory.nodes]
+
+    model = {"fault": "run_model", "name": "qwen", "engine_version": "1", "gpus": 2}
+    async with running(nodes(2, 4)) as run:
+        assert (await run.fault(**model, replicas=2))["ok"]
+        assert held_outside(run) == [4, 0]  # both replicas fit the first node
+        adopting = render("qwen", devices=2, replicas=2, authority="observed")
+        adopting["adopted"] = {"namespace": "default", "name": "qwen"}
+        await run.cluster.apply("qwen--east", adopting)
+        assert held_outside(run) == [0, 0]
+        await run.cluster.apply("qwen--east", None)  # given up: someone else's again
+        assert held_outside(run) == [4, 0]
+        assert (await run.fault(fault="stop_model", name="qwen"))["ok"]
+        assert held_outside(run) == [0, 0]

@@ -99,6 +99,17 @@ async def test_a_report_the_hub_refuses_is_set_aside_with_the_field_and_acknowle
     assert dead.kept == [("ingest", f"{subject}: node_id: no node n9", subject)]
 
 
+async def test_a_node_agents_report_is_the_operators_and_passes_the_hub_by() -> None:
+    """`wingsmith.obs.<cluster>.devices.<node>` is stored for audit, and read by the cluster's
+    operator; the hub acknowledges it and neither runs nor sets aside anything for it."""
+    hub, dead, log = Hub(), DeadLetters(), Settled()
+    agent = delivery("east", "devices.gpu-1", {"node_id": "gpu-1"}, 1, log)
+    await intake(hub, dead).handle([agent, delivery("east", "heartbeat", HEARTBEAT, 2, log)])
+    assert log.how == [("ack", 0.0), ("ack", 0.0)]
+    assert [command.command_id for command in hub.ran] == ["obs:east:2"]
+    assert dead.kept == []
+
+
 async def test_a_report_the_hub_cannot_handle_now_is_offered_again_not_set_aside() -> None:
     hub, dead, log = Hub({"ok": False, "error": {"code": "unavailable"}}), DeadLetters(), Settled()
     await intake(hub, dead).handle([delivery("east", "heartbeat", HEARTBEAT, 1, log)])
