@@ -66,6 +66,7 @@ def test_the_linked_folders_are_in_the_wheel_as_files(wheel: zipfile.ZipFile) ->
         "wingsmith/services/hub/service.py",
         "wingsmith/services/operator/backends/simulated.py",
         "wingsmith/services/cli/main.py",
+        "wingsmith/adapters/protos/kubelet_podresources_v1.proto",  # compiled at import
     ]:
         assert module in names, module
 
