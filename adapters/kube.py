@@ -3,6 +3,9 @@
 The operator needs three things from a cluster: read and write DynamoGraphDeployments, watch
 DGDs, pods and nodes the way a client-go informer does, and clear errors it can act on. Objects
 stay plain JSON dicts here; turning them into Wingsmith's own values happens elsewhere.
+
+On a cluster that allocates devices with Dynamic Resource Allocation, ResourceClaims and
+ResourceSlices can be watched too, in the version `served_dra` finds the cluster serving.
 """
 
 from __future__ import annotations
@@ -25,13 +28,28 @@ from kubernetes_asyncio import client, config
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Kind = Literal["dgd/v1beta1", "dgd/v1alpha1", "pod", "node", "lease", "event"]
+Kind = Literal[
+    "dgd/v1beta1",
+    "dgd/v1alpha1",
+    "pod",
+    "node",
+    "lease",
+    "event",
+    "resourceclaim/v1",
+    "resourceclaim/v1beta2",
+    "resourceclaim/v1beta1",
+    "resourceslice/v1",
+    "resourceslice/v1beta2",
+    "resourceslice/v1beta1",
+]
 DGD_GROUP = "nvidia.com"
 DGD_PLURAL = "dynamographdeployments"
 DGDSA_PLURAL = "dynamographdeploymentscalingadapters"
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 FIELD_MANAGER = "wingsmith"
+DRA_GROUP = "resource.k8s.io"  # Dynamic Resource Allocation
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first: GA since Kubernetes 1.34
 _RETRYING = tenacity.AsyncRetrying()  # only to give tenacity's wait strategy a call state
 
 
@@ -93,6 +111,28 @@ RESOURCES: dict[Kind, _Resource] = {
     "node": _Resource("", "v1", "nodes", namespaced=False),
     "lease": _Resource("coordination.k8s.io", "v1", "leases"),
     "event": _Resource("", "v1", "events"),
+    "resourceclaim/v1": _Resource(DRA_GROUP, "v1", "resourceclaims"),
+    "resourceclaim/v1beta2": _Resource(DRA_GROUP, "v1beta2", "resourceclaims"),
+    "resourceclaim/v1beta1": _Resource(DRA_GROUP, "v1beta1", "resourceclaims"),
+    "resourceslice/v1": _Resource(DRA_GROUP, "v1", "resourceslices", namespaced=False),
+    "resourceslice/v1beta2": _Resource(DRA_GROUP, "v1beta2", "resourceslices", namespaced=False),
+    "resourceslice/v1beta1": _Resource(DRA_GROUP, "v1beta1", "resourceslices", namespaced=False),
+}
+
+
+@dataclass(frozen=True)
+class DraKinds:
+    """The Dynamic Resource Allocation kinds to watch, in the version a cluster serves."""
+
+    version: str
+    claims: Kind
+    slices: Kind
+
+
+DRA_KINDS: dict[str, DraKinds] = {
+    "v1": DraKinds("v1", "resourceclaim/v1", "resourceslice/v1"),
+    "v1beta2": DraKinds("v1beta2", "resourceclaim/v1beta2", "resourceslice/v1beta2"),
+    "v1beta1": DraKinds("v1beta1", "resourceclaim/v1beta1", "resourceslice/v1beta1"),
 }
 
 
@@ -222,6 +262,27 @@ class Kube:
         except KubeNotFound:
             return False
         return True
+
+    async def api_resources(self, group: str, version: str) -> frozenset[str] | None:
+        """The resources (plurals, and `plural/subresource`) the API server serves in a group
+        version, from its discovery document; None when it serves no such group version."""
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            listing = await self._call(
+                self._client.call_api,
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+        except KubeNotFound:
+            return None
+        items = listing.get("resources")
+        return frozenset(
+            str(r["name"])
+            for r in (items if isinstance(items, list) else ())
+            if isinstance(r, dict) and r.get("name")
+        )
 
     async def delete_dgd(self, namespace: str, name: str, version: str) -> bool:
         """False when it was already gone."""
@@ -399,6 +460,22 @@ class Kube:
         state = tenacity.RetryCallState(_RETRYING, None, (), {})
         state.attempt_number = max(1, failures)
         return float(wait(state))
+
+
+async def served_dra(kube: Kube) -> DraKinds | None:
+    """The ResourceClaim and ResourceSlice kinds to watch: v1, else v1beta2, else v1beta1,
+    the first version that serves both; None on a cluster without Dynamic Resource Allocation.
+
+    Asked of discovery (`/apis/resource.k8s.io/<version>`), not by listing: a list is
+    authorized before it is routed, so on a cluster without the group an operator whose role
+    does not name it would be told 403 rather than 404, while discovery is open to every
+    authenticated client. Not knowing is not "no": an API server that cannot be reached or
+    fails (KubeError) is raised, for the caller to try again."""
+    for version in DRA_VERSIONS:
+        served = await kube.api_resources(DRA_GROUP, version)
+        if served is not None and {"resourceclaims", "resourceslices"} <= served:
+            return DRA_KINDS[version]
+    return None
 
 
 class _Gone(Exception):
@@ -615,7 +692,9 @@ def _requirement(m: re.Match[str]) -> Callable[[dict[str, str]], bool]:
 
 
 __all__ = [
+    "DRA_KINDS",
     "Change",
+    "DraKinds",
     "Informer",
     "KindNotServed",
     "Kube",
@@ -623,4 +702,5 @@ __all__ = [
     "KubeError",
     "KubeNotFound",
     "selector_matcher",
+    "served_dra",
 ]

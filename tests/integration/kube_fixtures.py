@@ -41,6 +41,12 @@ KIND_NAMES: dict[Kind, str] = {
     "node": "Node",
     "lease": "Lease",
     "event": "Event",
+    "resourceclaim/v1": "ResourceClaim",
+    "resourceclaim/v1beta2": "ResourceClaim",
+    "resourceclaim/v1beta1": "ResourceClaim",
+    "resourceslice/v1": "ResourceSlice",
+    "resourceslice/v1beta2": "ResourceSlice",
+    "resourceslice/v1beta1": "ResourceSlice",
 }
 
 
