@@ -28,6 +28,7 @@ from wingsmith.services.hub.wiring import Hub
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.dgd import LABEL_DEPLOYMENT, deployment_label
 
+from ..dra_objects import Gpu, claim_pod, resource_claim, resource_slice
 from .conftest import LLAMA, send_until_answered, wait_for
 from .kube_fixtures import (
     NAMESPACE,
@@ -479,3 +480,55 @@ async def test_a_cordoned_or_not_ready_node_is_unschedulable(client: Client) -> 
         await cluster.until_reported(
             "inventory", lambda r: r["nodes"][0].get("unschedulable") is True, "not ready"
         )
+
+
+# -- Dynamic Resource Allocation: ids from claims and slices ------------------------------------
+
+
+async def test_on_a_dra_cluster_replicas_carry_the_uuids_their_claims_were_allocated(
+    client: Client,
+) -> None:
+    gpus = [Gpu(f"gpu-{i}", uuid=UUIDS[i]) for i in range(4)]
+    async with operator(client) as cluster:
+        emulator = cluster.emulator
+        await cluster_create(emulator, "node", node("gpu-1", product=H100, gpus=0))
+        await cluster_create(
+            emulator, "resourceslice/v1", resource_slice("gpu-1-gpus", gpus, node="gpu-1")
+        )
+        await cluster.render(desired(replicas=1))
+        await cluster.until_dgd(lambda d: d is not None, "the DGD")
+        worker = claim_pod("w-0", node="gpu-1", generated="w-0-gpus")
+        worker["metadata"]["labels"] = gpu_pod("w-0", 2, deployment="llama--east")["metadata"][
+            "labels"
+        ]
+        await cluster_create(emulator, "pod", worker)
+        pending = resource_claim("w-0-gpus", owner=worker)
+        await cluster_create(emulator, "resourceclaim/v1", pending)
+        await asyncio.sleep(1.0)
+        assert await replica_ids(cluster, "w-0") == []  # not allocated yet: not reported
+        allocated = resource_claim(
+            "w-0-gpus",
+            owner=worker,
+            allocated=[("gpu-1", "gpu-2"), ("gpu-1", "gpu-0")],
+            reserved_for=[worker],
+        )
+        await cluster_patch(emulator, "resourceclaim/v1", pending, {"status": allocated["status"]})
+        await cluster.until_reported("replica", lambda r: r["pod"] == "w-0", "the replica")
+        assert await replica_ids(cluster, "w-0") == [sorted([UUIDS[2], UUIDS[0]])]
+        # the slices name the node's devices; someone else's claim holds one of them
+        other = claim_pod("train-0", namespace="default", node="gpu-1", generated="train-gpus")
+        await cluster_create(emulator, "pod", other)
+        taken = resource_claim(
+            "train-gpus",
+            "default",
+            owner=other,
+            allocated=[("gpu-1", "gpu-3")],
+            reserved_for=[other],
+        )
+        await cluster_create(emulator, "resourceclaim/v1", taken)
+        seen = await cluster.until_reported(
+            "inventory", lambda r: r["nodes"][0].get("held_outside") == 1, "1 held outside"
+        )
+        assert seen["nodes"][0]["devices"] == 4
+        assert seen["nodes"][0]["device_ids"] == sorted(UUIDS[:4])
+        assert cluster.backend.readiness()["listed_claims"]

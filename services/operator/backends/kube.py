@@ -50,6 +50,7 @@ from wingsmith.adapters.kube import (
     Kube,
     KubeConflict,
     KubeError,
+    served_dra,
 )
 from wingsmith.domain.cluster import Node
 from wingsmith.domain.contracts.reports import (
@@ -80,6 +81,7 @@ from wingsmith.services.operator.dgd import (
     LABEL_SERVING_DIGEST,
     deployment_label,
 )
+from wingsmith.services.operator.dra import DraDevices, dra_devices
 from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
 from wingsmith.services.operator.plan import Action, Obj, plan
 from wingsmith.services.operator.pods import with_defaults
@@ -99,6 +101,8 @@ REFUSED_AGAIN = (60.0, 3600.0)  # seconds before a refused render is tried again
 AGENT_SILENT = 3  # refreshes a node agent may miss before its node's devices are not its word
 AGENT_GRACE = 60.0  # seconds after a start to hear from each node's agent, with --node-agents
 AGENT_CHECK = 2.0  # seconds between two looks for node agents gone silent
+DRA_ASK_AGAIN = 10.0  # seconds before asking again whether the cluster serves DRA
+DRA_SETTLE = 0.2  # seconds a burst of claim, slice and pod changes is let settle, joined once
 EVENT_SOURCE = "wingsmith-operator"  # who the Kubernetes Events it records come from
 DONE = {  # a write's Event reason
     "create": "Created",
@@ -145,7 +149,14 @@ class KubeBackend:
         self.applied: dict[str, Mapping[str, Any] | None] = {}  # the last render object applied
         self._report: Send | None = None
         # what the cluster holds, per kind ("dgd", "pod", "node") and (namespace, name)
-        self._cache: dict[str, dict[tuple[str, str], Obj]] = {"dgd": {}, "pod": {}, "node": {}}
+        # (and, on a DRA cluster, "claim" and "slice")
+        self._cache: dict[str, dict[tuple[str, str], Obj]] = {
+            "dgd": {},
+            "pod": {},
+            "node": {},
+            "claim": {},
+            "slice": {},
+        }
         self._synced: set[str] = set()
         self._reported: dict[str, str] = {}  # what was last reported per key: no repeats
         self._locks: dict[str, asyncio.Lock] = {}  # one reconcile at a time per deployment
@@ -169,6 +180,12 @@ class KubeBackend:
         self._given: dict[tuple[str, str], list[str]] = {}
         self._gpu_pods: dict[tuple[str, str], Obj] = {}
         self._started = time.monotonic()
+        # Dynamic Resource Allocation: whether the cluster serves it (None: not known yet),
+        # the pods that name resource claims, and the last join of claims, slices and pods
+        self._dra_served: bool | None = None
+        self._claim_pods: dict[tuple[str, str], Obj] = {}
+        self._dra: DraDevices | None = None
+        self._dra_due = asyncio.Event()
 
     # -- render object -------------------------------------------------------------------
 
@@ -434,6 +451,7 @@ class KubeBackend:
             asyncio.create_task(self._follow("node", "node"), name="node"),
             asyncio.create_task(self._retry_refused(), name="refused"),
             asyncio.create_task(self._watch_agents(), name="agents"),
+            asyncio.create_task(self._follow_dra(), name="dra"),
         ]
         # Not a TaskGroup: a follower reports through NATS, whose client can swallow a
         # cancellation, and a TaskGroup cancels its tasks only once; `stop_all` cancels again
@@ -497,6 +515,8 @@ class KubeBackend:
                 await self._report_statuses()
             if cache == "node":
                 await self._report_inventory()
+            if cache in ("claim", "slice", "pod"):
+                self._dra_due.set()
             return
         outside = False  # whether devices held outside Wingsmith may have changed
         if cache == "pod":
@@ -506,6 +526,11 @@ class KubeBackend:
                 if holds:
                     self._gpu_pods[_key(obj)] = obj
                 outside = self._owner_of_pod(obj) is None and "node" in self._synced
+            claims = not gone and bool(obj.get("spec", {}).get("resourceClaims"))
+            if claims or self._claim_pods.pop(_key(obj), None) is not None:
+                if claims:
+                    self._claim_pods[_key(obj)] = obj
+                self._dra_due.set()
         if gone:
             self._cache[cache].pop(_key(obj), None)
         else:
@@ -523,6 +548,8 @@ class KubeBackend:
                 await self._report_inventory()
             if (deployment_id := self._deployment_of_pod(obj)) is not None:
                 await self._report_status(deployment_id)
+        elif cache in ("claim", "slice"):
+            self._dra_due.set()
         elif "node" in self._synced:
             await self._report_inventory()
 
@@ -696,6 +723,14 @@ class KubeBackend:
         key = _key(pod)
         if (given := self._given.get(key)) is not None:
             return given
+        if pod.get("spec", {}).get("resourceClaims"):
+            if self._dra_served is None or (self._dra_served and self._dra is None):
+                return None  # not known yet whether (or which) devices DRA gave it
+            if self._dra is not None and (held_by_claims := self._dra.by_pod.get(key)):
+                self._given[key] = list(held_by_claims)
+                return self._given[key]
+            if self._dra is not None and not self._claims_allocated(pod):
+                return None  # its claims wait for the scheduler's allocation
         agent = self._agent(node)
         if agent is not None:
             held = self._held[node].get(key)
@@ -708,6 +743,66 @@ class KubeBackend:
         ids = held if held is not None else _device_ids(pod, node)
         self._given[key] = ids
         return ids
+
+    def _claims_allocated(self, pod: Obj) -> bool:
+        """Whether every claim the pod's status names has been allocated devices."""
+        namespace = pod["metadata"].get("namespace", "")
+        statuses = pod.get("status", {}).get("resourceClaimStatuses") or ()
+        named = [s.get("resourceClaimName") for s in statuses]
+        named += [
+            c.get("resourceClaimName") for c in pod["spec"]["resourceClaims"] if isinstance(c, dict)
+        ]
+        claims = [self._cache["claim"].get((namespace, n)) for n in named if n]
+        return bool(claims) and all(
+            c is not None and (c.get("status") or {}).get("allocation") for c in claims
+        )
+
+    async def _follow_dra(self) -> None:
+        """On a cluster that allocates GPUs with Dynamic Resource Allocation, watch its
+        ResourceClaims and ResourceSlices (services/operator/dra.py says what is read)."""
+        while True:
+            try:
+                kinds = await served_dra(self.kube)
+                break
+            except KubeError as e:
+                log.warning("cannot tell whether the cluster serves DRA (%s): asking again", e)
+                await asyncio.sleep(DRA_ASK_AGAIN)
+        self._dra_served = kinds is not None
+        if kinds is None:
+            log.info("no Dynamic Resource Allocation served: device ids come from node agents")
+            await self._devices_changed(None)  # pods naming claims waited for this answer
+            return
+        log.info("Dynamic Resource Allocation %s: reading claims and slices", kinds.version)
+        await asyncio.gather(
+            self._follow(kinds.claims, "claim"),
+            self._follow(kinds.slices, "slice"),
+            self._join_dra(),
+        )
+
+    async def _join_dra(self) -> None:
+        """Join claims, slices and the pods naming claims again after each burst of changes;
+        report the pods that waited for their devices, and the inventory."""
+        logged: set[str] = set()
+        while True:
+            await self._dra_due.wait()
+            await asyncio.sleep(DRA_SETTLE)
+            self._dra_due.clear()
+            if not {"claim", "slice", "pod"} <= self._synced:
+                continue
+            self._dra = dra_devices(
+                self._claim_pods.values(),
+                self._cache["claim"].values(),
+                self._cache["slice"].values(),
+            )
+            for skipped in map(str, self._dra.skipped):
+                if skipped not in logged:  # each oddity once, not at every join
+                    log.warning("DRA: %s", skipped)
+            logged = set(map(str, self._dra.skipped))
+            for key, pod in list(self._claim_pods.items()):
+                if key not in self._given:  # it waited for its devices: they may be known now
+                    await self._on_pod(pod, gone=False)
+            if "node" in self._synced:
+                await self._report_inventory()
 
     def _agent(self, node: str) -> NodeDevicesReport | None:
         """The node's agent's report, unless the agent has gone silent."""
@@ -767,16 +862,18 @@ class KubeBackend:
                         log.warning("node %s: no agent was heard from; stand-ins", node)
                         await self._devices_changed(node)
 
-    async def _devices_changed(self, node: str) -> None:
-        for pod in list(self._gpu_pods.values()):
-            if pod.get("spec", {}).get("nodeName") == node:
+    async def _devices_changed(self, node: str | None) -> None:
+        """Report again the pods holding devices on `node` (None: on every node)."""
+        for pod in [*self._gpu_pods.values(), *self._claim_pods.values()]:
+            if node is None or pod.get("spec", {}).get("nodeName") == node:
                 await self._on_pod(pod, gone=False)
         if "node" in self._synced:
             await self._report_inventory()
 
     def readiness(self) -> dict[str, bool]:
         """Each informer has listed what it watches (the DGDs, the pods, the nodes)."""
-        return {f"listed_{cache}s": cache in self._synced for cache in ("dgd", "pod", "node")}
+        caches = ("dgd", "pod", "node", *(("claim", "slice") if self._dra_served else ()))
+        return {f"listed_{cache}s": cache in self._synced for cache in caches}
 
     def snapshot(self, only: str | None = None) -> list[SyncReport] | None:
         """Every deployment this operator was told of (removed ones too), or `only` that one,
@@ -839,8 +936,13 @@ class KubeBackend:
             devices = _quantity(node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE))
             fields: dict[str, Any] = {}
             agent = self._agent(name)
+            published = self._dra.published.get(name) if self._dra is not None else None
             if agent is not None and agent.allocatable is not None:
                 ids = sorted({*agent.allocatable, *(d for p in agent.pods for d in p.device_ids)})
+                devices = max(devices, len(ids))
+                fields["device_ids"] = ids
+            elif published:  # whole GPUs: not the MIG partitions a GPU could be cut into
+                ids = sorted(i for i, d in published.items() if d.type in (None, "gpu"))
                 devices = max(devices, len(ids))
                 fields["device_ids"] = ids
             if _unschedulable(node):
@@ -881,6 +983,10 @@ class KubeBackend:
                 and self._owner_of_pod(pod) is None
             ):
                 outside[node] += _gpus(pod)
+        if self._dra is not None:  # allocated to claims of pods that are no deployment's
+            managed = [k for k, p in self._claim_pods.items() if self._owner_of_pod(p)]
+            for node, ids in self._dra.held_outside(managed).items():
+                outside[node] += len(ids)
         return outside
 
     async def _send(self, key: str, report: Report) -> None:
