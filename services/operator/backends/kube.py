@@ -937,14 +937,14 @@ class KubeBackend:
             fields: dict[str, Any] = {}
             agent = self._agent(name)
             published = self._dra.published.get(name) if self._dra is not None else None
+            ids: set[str] = set()
             if agent is not None and agent.allocatable is not None:
-                ids = sorted({*agent.allocatable, *(d for p in agent.pods for d in p.device_ids)})
+                ids.update(agent.allocatable, (d for p in agent.pods for d in p.device_ids))
+            if published:  # whole GPUs: not the MIG partitions a GPU could be cut into
+                ids.update(i for i, d in published.items() if d.type in (None, "gpu"))
+            if ids:
                 devices = max(devices, len(ids))
-                fields["device_ids"] = ids
-            elif published:  # whole GPUs: not the MIG partitions a GPU could be cut into
-                ids = sorted(i for i, d in published.items() if d.type in (None, "gpu"))
-                devices = max(devices, len(ids))
-                fields["device_ids"] = ids
+                fields["device_ids"] = sorted(ids)
             if _unschedulable(node):
                 fields["unschedulable"] = True
             if held := min(outside.get(name, 0), devices):
