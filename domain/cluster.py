@@ -6,7 +6,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 from wingsmith.domain.base import (
     Aggregate,
@@ -43,6 +49,17 @@ class Node(Frozen):
     topology_domain: LabelValue | None = None
     unschedulable: bool = False
     held_outside: int = Field(default=0, ge=0, le=MAX_DEVICES_PER_NODE)
+
+    @model_serializer(mode="wrap")
+    def _news_only_when_said(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written without `unschedulable` and `held_outside` while they say nothing: stored
+        inventories keep the form they had before these fields were added (and within the
+        event stream's message size), and an older hub reads the reports."""
+        data: dict[str, Any] = handler(self)
+        for quiet in ("unschedulable", "held_outside"):
+            if not data.get(quiet, True):
+                del data[quiet]
+        return data
 
     @property
     def usable(self) -> int:

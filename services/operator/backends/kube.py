@@ -717,19 +717,20 @@ class KubeBackend:
 
     def _devices_of(self, pod: Obj, node: str) -> list[str] | None:
         """The devices a worker pod holds: as first reported (a replica's devices do not
-        change); else as its node's agent says the kubelet allocated them; else, where no
-        agent speaks for the node, from the pod (stand-ins, `_device_ids`). None while the
-        agent has not named them yet: the replica is reported once it has."""
+        change); else, for a pod naming resource claims, as DRA allocated them; else as its
+        node's agent says the kubelet allocated them; else, where no agent speaks for the
+        node, from the pod (stand-ins, `_device_ids`). None while those that will name them
+        have not yet: the replica is reported once they have."""
         key = _key(pod)
         if (given := self._given.get(key)) is not None:
             return given
-        if pod.get("spec", {}).get("resourceClaims"):
-            if self._dra_served is None or (self._dra_served and self._dra is None):
-                return None  # not known yet whether (or which) devices DRA gave it
-            if self._dra is not None and (held_by_claims := self._dra.by_pod.get(key)):
+        if pod.get("spec", {}).get("resourceClaims") and self._dra_served is not False:
+            if self._dra is None:
+                return None  # whether the cluster serves DRA, or what it says, is not known
+            if held_by_claims := self._dra.by_pod.get(key):
                 self._given[key] = list(held_by_claims)
                 return self._given[key]
-            if self._dra is not None and not self._claims_allocated(pod):
+            if not self._claims_allocated(pod):
                 return None  # its claims wait for the scheduler's allocation
         agent = self._agent(node)
         if agent is not None:
@@ -838,9 +839,21 @@ class KubeBackend:
         node = report.node_id
         before = self._agent(node)
         self._agents[node] = (report, time.monotonic())
-        if report != before:
-            self._held[node] = {(p.namespace, p.name): p.device_ids for p in report.pods}
+        if report == before:
+            return
+        held, self._held[node] = (
+            self._held.get(node, {}),
+            {(p.namespace, p.name): p.device_ids for p in report.pods},
+        )
+        if before is None:  # it speaks for the node now: every pod there may be reported
             await self._devices_changed(node)
+            return
+        for key in held.keys() | self._held[node].keys():  # those whose devices it changed
+            pod = self._cache["pod"].get(key)
+            if pod is not None and held.get(key) != self._held[node].get(key):
+                await self._on_pod(pod, gone=False)
+        if "node" in self._synced:
+            await self._report_inventory()
 
     async def _watch_agents(self) -> None:
         """Nodes whose agent went silent, and, with `node_agents`, those never heard from once
