@@ -32,6 +32,10 @@ COMMANDS = {
     "operator": Command(
         "operator:operator", "run the operator of one cluster until SIGINT/SIGTERM"
     ),
+    "nats-config": Command(
+        "install:nats_config",
+        "print the NATS servers' users for an installation's clusters (passwords: references)",
+    ),
     "render": Command(
         "manifests:render",
         "print the DynamoGraphDeployment (YAML) for a Deployment object (JSON)",

@@ -23,6 +23,7 @@ EXAMPLES = {
     "up": ["up", "--simulated", "east=1x8:H100"],
     "api": ["api"],
     "operator": ["operator", "--cluster-id", "east", "--simulated", "1x8:H100"],
+    "nats-config": ["nats-config", "--cluster", "east"],
     "render": ["render", "desired.json"],
     "inspect-dgd": ["inspect-dgd", "dgd.yaml"],
     "sim-fault": ["sim-fault", "east", "node_loss", "--node", "n0"],
