@@ -2,7 +2,7 @@
 `kubectl kustomize` and validates offline against the Kubernetes schemas; Secrets are referenced,
 never written in; the read-only overlays grant nothing but reads; the operator runs a command
 line its own parser accepts; the node agent has no RBAC and reads the kubelet's socket directory
-read-only, beside its operator."""
+read-only, beside its operator. (The control plane's: test_control_plane_manifests.py.)"""
 
 from __future__ import annotations
 
@@ -28,10 +28,12 @@ KUBERNETES = "1.32"  # the schemas validated against
 READS = {"get", "list", "watch"}
 RBAC = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 # every kustomization that builds alone; the component (cluster/node-agents) builds in the
-# cluster overlays
+# cluster overlays, and control-plane/secrets from the files its generator writes
+# (test_control_plane_manifests.py renders it)
 BUILT = [
     "cluster/base",
     "cluster/read-only",
+    "control-plane",
     "node-agent",
     "operator/adopt",
     "operator/base",
@@ -44,7 +46,7 @@ SOCKET_DIR = "/var/lib/kubelet/pod-resources"
 
 def test_every_kustomization_is_built_or_said_why_not() -> None:
     found = {str(p.parent.relative_to(DEPLOY)) for p in DEPLOY.rglob("kustomization.yaml")}
-    assert found == {*BUILT, "cluster/node-agents"}
+    assert found == {*BUILT, "cluster/node-agents", "control-plane/secrets"}
 
 
 @pytest.mark.parametrize("directory", BUILT)
@@ -56,7 +58,8 @@ def test_every_kustomization_renders_and_validates_against_the_kubernetes_schema
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
     cluster_wide = {"ClusterRole", "ClusterRoleBinding"}
     namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_wide}
-    assert namespaces == {"wingsmith"}
+    expected = "wingsmith-system" if directory == "control-plane" else "wingsmith"
+    assert namespaces == {expected}
 
 
 @pytest.mark.parametrize("directory", BUILT)
