@@ -255,3 +255,28 @@ def server_config(
             "",
         ]
     )
+
+
+# The users of an installation beside its operators: the hub, the REST API, people's command line.
+INSTALLED_USERS = ("hub", "api", "cli")
+
+
+def password_variable(user: str) -> str:
+    """The environment variable a server reads `user`'s password from in `installed_config`:
+    `NATS_PASSWORD_` and the user in upper case, `-` as `_` (`NATS_PASSWORD_OPERATOR_EAST`).
+    deploy/kubernetes/control-plane/secrets/generate.sh names its keys the same way."""
+    user_inbox_prefix(user)  # a token: letters, digits, `-` and `_`
+    return "NATS_PASSWORD_" + user.upper().replace("-", "_")
+
+
+def installed_config(cluster_ids: Iterable[str]) -> str:
+    """The configuration of an installation (deploy/kubernetes/control-plane): the users of
+    `INSTALLED_USERS` and an operator per cluster, each password a `$NATS_PASSWORD_…`
+    reference that the server resolves from its environment, so the file holds no secret."""
+
+    def login(user: str) -> Credentials:
+        return Credentials(user, f"${password_variable(user)}")
+
+    hub, api, cli = map(login, INSTALLED_USERS)
+    operators = {c: login(operator_user(c)).password for c in cluster_ids}
+    return server_config(hub, operators, client=cli, api=api)

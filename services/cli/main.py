@@ -36,6 +36,10 @@ COMMANDS = {
         "node_agent:node_agent",
         "report which devices each pod on this node holds, from the kubelet, until stopped",
     ),
+    "nats-config": Command(
+        "install:nats_config",
+        "print the NATS servers' users for an installation's clusters (passwords: references)",
+    ),
     "render": Command(
         "manifests:render",
         "print the DynamoGraphDeployment (YAML) for a Deployment object (JSON)",
@@ -65,6 +69,19 @@ COMMANDS = {
     ),
 }
 
+# Verbs of a command, each a command line of its own: `wingsmith operator manifests …` prints
+# the manifests that install `wingsmith operator` in a cluster. A verb is the word right after
+# its command; without one the command is itself (`wingsmith operator --cluster-id …` runs the
+# operator, as it always has).
+VERBS = {
+    "operator": {
+        "manifests": Command(
+            "install:operator_manifests",
+            "print the operator's install manifests for one cluster (YAML, for kubectl apply -f -)",
+        ),
+    },
+}
+
 # The REST API's resources, each with its actions: client:add_commands adds all of them at once
 # (with these help lines, which `wingsmith --help` shows without importing it).
 RESOURCES = {
@@ -80,7 +97,8 @@ Adds = Callable[[Any], None]  # given the command's parser (or, for the resource
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(chosen_command(argv)).parse_args(argv)
+    command = chosen_command(argv)
+    args = build_parser(command, chosen_verb(argv, command)).parse_args(argv)
     return _run(args)
 
 
@@ -90,16 +108,28 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line, complete for `command`; every other command has only its help line,
-    which is all `wingsmith --help` shows of it."""
+def chosen_verb(argv: Sequence[str], command: str | None) -> str | None:
+    """The command's verb named on the command line: the word right after the command."""
+    if command not in VERBS:
+        return None
+    following = argv[argv.index(command) + 1 :]
+    return following[0] if following and following[0] in VERBS[command] else None
+
+
+def build_parser(command: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line, complete for `command` (or its `verb`); every other command has only
+    its help line, which is all `wingsmith --help` shows of it."""
     parser = argparse.ArgumentParser(prog="wingsmith", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     for name, (where, help) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help)
-        if name == command:
+        command_parser = sub.add_parser(name, help=help, epilog=_verbs_help(name))
+        if name == command and verb is not None:
+            verbs = command_parser.add_subparsers(required=True, metavar="VERB")
+            verb_where, verb_help = VERBS[name][verb]
+            _load(verb_where)(verbs.add_parser(verb, help=verb_help))
+        elif name == command:
             _load(where)(command_parser)
     if command in RESOURCES:
         _load("client:add_commands")(sub)
@@ -107,6 +137,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         for name, help in RESOURCES.items():
             sub.add_parser(name, help=help)
     return parser
+
+
+def _verbs_help(command: str) -> str | None:
+    verbs = VERBS.get(command, {})
+    listed = "; ".join(f"`wingsmith {command} {verb}`: {help}" for verb, (_, help) in verbs.items())
+    return f"Also {listed}. See `wingsmith {command} VERB --help`." if verbs else None
 
 
 def _load(where: str) -> Adds:

@@ -595,3 +595,28 @@ def test_the_compose_file_holds_the_generated_configuration() -> None:
         client=Credentials("cli", "$WINGSMITH_CLI_PASSWORD"),
         api=Credentials("api", "$WINGSMITH_API_NATS_PASSWORD"),
     )
+
+
+async def test_an_installation_reads_each_password_from_the_servers_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wingsmith nats-config` (deploy/kubernetes/control-plane): every password is a reference
+    to a variable named after its user, which the server resolves from its environment."""
+    config = nats_auth.installed_config(["gpu-prod-1"])
+    assert config == nats_auth.server_config(
+        Credentials("hub", "$NATS_PASSWORD_HUB"),
+        {"gpu-prod-1": "$NATS_PASSWORD_OPERATOR_GPU_PROD_1"},
+        client=Credentials("cli", "$NATS_PASSWORD_CLI"),
+        api=Credentials("api", "$NATS_PASSWORD_API"),
+    )
+    users = ["hub", "api", "cli", "operator-gpu-prod-1"]
+    for user in users:
+        monkeypatch.setenv(nats_auth.password_variable(user), f"{user}-pw")
+    async with EmbeddedNatsServer(tmp_path / "nats", config=config) as server:
+        for user in users:
+            async with asyncio.timeout(10):  # a refused login is retried, not raised
+                nc = await nats_bus.connect(server.url, user, user=user, password=f"{user}-pw")
+            try:
+                await nc.flush(timeout=5)
+            finally:
+                await nc.close()

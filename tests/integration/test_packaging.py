@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # What the Dockerfile copies, too: enough to build the distribution.
 SOURCES = ["pyproject.toml", "README.md", "LICENSE", "wingsmith"]
-SOURCES += ["domain", "projections", "adapters", "services"]
+SOURCES += ["domain", "projections", "adapters", "services", "deploy"]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,40 @@ def test_the_linked_folders_are_in_the_wheel_as_files(wheel: zipfile.ZipFile) ->
         "wingsmith/adapters/protos/kubelet_podresources_v1.proto",  # compiled at import
     ]:
         assert module in names, module
+
+
+@pytest.mark.packaging
+def test_the_operators_kustomize_files_are_in_the_wheel_as_data(wheel: zipfile.ZipFile) -> None:
+    """`wingsmith operator manifests` renders them; nothing else of deploy/ is shipped, and
+    none of its directories is taken for a package."""
+    shipped = {n for n in wheel.namelist() if n.startswith("wingsmith/deploy/")}
+    operator = ROOT / "deploy" / "kubernetes" / "operator"
+    expected = {
+        f"wingsmith/deploy/kubernetes/operator/{path.relative_to(operator)}"
+        for path in operator.rglob("*")
+        if path.is_file()
+    }
+    assert shipped == expected
+    record = next(n for n in wheel.namelist() if n.endswith(".dist-info/top_level.txt"))
+    assert wheel.read(record).decode().split() == ["wingsmith"]
+
+
+@pytest.mark.packaging
+def test_operator_manifests_work_from_the_wheel(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """The wheel's own files, not the checkout's (run elsewhere, the wheel's first on the
+    path): its manifests as the command prints them."""
+    wheel.extractall(tmp_path)
+    env = os.environ | {"PYTHONPATH": str(tmp_path)}
+    run = functools.partial(subprocess.run, env=env, cwd=tmp_path, capture_output=True, text=True)
+    where = run([sys.executable, "-c", "import wingsmith; print(wingsmith.__file__)"])
+    assert where.stdout.startswith(str(tmp_path)), where.stdout + where.stderr
+    done = run(
+        [sys.executable, "-m", "wingsmith", "operator", "manifests", "--cluster-id", "c1"],
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "WINGSMITH_CLUSTER_ID: c1" in done.stdout
+    assert "kind: Deployment" in done.stdout
 
 
 @pytest.mark.packaging

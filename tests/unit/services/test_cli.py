@@ -14,7 +14,14 @@ from typing import cast
 import pytest
 
 from wingsmith import __version__
-from wingsmith.services.cli.main import COMMANDS, RESOURCES, build_parser, chosen_command
+from wingsmith.services.cli.main import (
+    COMMANDS,
+    RESOURCES,
+    VERBS,
+    build_parser,
+    chosen_command,
+    chosen_verb,
+)
 
 SERVERS = {"fastapi", "starlette", "uvicorn", "kubernetes_asyncio", "eventsourcing", "psycopg"}
 
@@ -24,6 +31,7 @@ EXAMPLES = {
     "api": ["api"],
     "operator": ["operator", "--cluster-id", "east", "--simulated", "1x8:H100"],
     "node-agent": ["node-agent", "--cluster-id", "east", "--node", "gpu-1"],
+    "nats-config": ["nats-config", "--cluster", "east"],
     "render": ["render", "desired.json"],
     "inspect-dgd": ["inspect-dgd", "dgd.yaml"],
     "sim-fault": ["sim-fault", "east", "node_loss", "--node", "n0"],
@@ -113,6 +121,48 @@ def test_each_command_parses_to_its_coroutine(name: str) -> None:
     argv = EXAMPLES[name]
     args = build_parser(chosen_command(argv)).parse_args(argv)
     assert asyncio.iscoroutinefunction(args.run)
+
+
+# One valid command line per verb of a command.
+VERB_EXAMPLES = {
+    ("operator", "manifests"): ["operator", "manifests", "--cluster-id", "east", "--read-only"],
+}
+
+
+@pytest.mark.parametrize(("command", "verb"), list(VERB_EXAMPLES))
+def test_each_verb_parses_to_its_coroutine_and_its_command_names_it(
+    command: str, verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = VERB_EXAMPLES[command, verb]
+    assert (chosen_command(argv), chosen_verb(argv, command)) == (command, verb)
+    args = build_parser(command, verb).parse_args(argv)
+    assert asyncio.iscoroutinefunction(args.run)
+    with pytest.raises(SystemExit):
+        build_parser(command).parse_args([command, "--help"])
+    assert f"`wingsmith {command} {verb}`" in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_verb_example_is_of_a_known_verb() -> None:
+    assert set(VERB_EXAMPLES) == {(c, v) for c, verbs in VERBS.items() for v in verbs}
+
+
+def test_a_verb_is_only_the_word_right_after_its_command() -> None:
+    """So the operator's own command line is parsed as it always was, whatever its values."""
+    argv = ["operator", "--cluster-id", "manifests", "--in-cluster"]
+    assert chosen_verb(argv, "operator") is None
+    args = build_parser("operator").parse_args(argv)
+    assert (args.cluster_id, args.in_cluster) == ("manifests", True)
+    assert chosen_verb(["-v", "operator", "manifests"], "operator") == "manifests"
+    assert chosen_verb(["render", "manifests"], "render") is None
+    assert chosen_verb(["operator"], "operator") is None
+    assert chosen_verb([], None) is None
+
+
+def test_the_operators_manifests_import_neither_nats_nor_kubernetes(tmp_path: Path) -> None:
+    modules, done = imported(tmp_path, "operator", "manifests", "--cluster-id", "east")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kind: Deployment" in done.stdout
+    assert not packages(modules) & (SERVERS | {"nats", "httpx"})
 
 
 @pytest.mark.parametrize("name", [*COMMANDS, *RESOURCES])
