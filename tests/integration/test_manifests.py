@@ -23,6 +23,7 @@ from tests.integration.kustomize import (
     pod_spec,
 )
 from wingsmith.services.cli.main import build_parser
+from wingsmith.services.config import Settings
 
 KUBERNETES = "1.32"  # the schemas validated against
 READS = {"get", "list", "watch"}
@@ -185,7 +186,9 @@ def test_the_node_agent_runs_beside_its_operator_with_its_login(directory: str) 
     assert env_sources(agent)["WINGSMITH_NODE_NAME"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "spec.nodeName"}
     }
-    # Until `wingsmith node-agent` is merged, its command line is checked here by hand; after
-    # the merge, parse it with build_parser("node-agent") as operator_args does the operator's.
-    args = expanded_args(docs, agent)
-    assert args == ["node-agent", "--cluster-id=east", f"--socket={SOCKET_DIR}/kubelet.sock"]
+    # both command lines as their own parsers read them, with the environment they are given
+    args = build_parser("node-agent").parse_args(expanded_args(docs, agent))
+    assert (args.cluster_id, args.socket) == ("east", f"{SOCKET_DIR}/kubelet.sock")
+    assert args.node is None  # from WINGSMITH_NODE_NAME, above
+    settings = Settings.from_env({"WINGSMITH_OPERATOR_NODE_AGENTS": "true"})
+    assert settings.operator_node_agents
