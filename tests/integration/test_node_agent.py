@@ -241,8 +241,10 @@ def test_the_agent_needs_its_node_named(tmp_path: Path) -> None:
 # -- through the operator to the plane ------------------------------------------------------------
 
 
-def gpu_pod(name: str, gpus: int, *, deployment: str | None = None) -> dict[str, Any]:
-    """A pod on gpu-1 asking for `gpus` GPUs: a worker of `deployment`, or someone else's."""
+def gpu_pod(
+    name: str, gpus: int, *, deployment: str | None = None, node_name: str = "gpu-1"
+) -> dict[str, Any]:
+    """A pod asking for `gpus` GPUs: a worker of `deployment`, or someone else's."""
     labels = (
         {
             LABEL_DEPLOYMENT: deployment_label(deployment),
@@ -252,7 +254,7 @@ def gpu_pod(name: str, gpus: int, *, deployment: str | None = None) -> dict[str,
         if deployment
         else {"app": "training"}
     )
-    body = pod(name, labels=labels, node="gpu-1")
+    body = pod(name, labels=labels, node=node_name)
     body["spec"]["containers"] = [
         {"name": "main", "image": "x", "resources": {"limits": {GPU: str(gpus)}}}
     ]
@@ -284,6 +286,9 @@ async def test_replicas_carry_the_kubelets_uuids_and_outside_pods_take_capacity(
 ) -> None:
     async with kube_emulator() as (emulator, _, kube):
         await cluster_create(emulator, "node", node("gpu-1", product=H100, gpus=8))
+        await cluster_create(emulator, "node", node("gpu-2", product=H100, gpus=8))
+        # gpu-2 runs no agent: what its pods hold is counted from their GPU limits
+        await cluster_create(emulator, "pod", gpu_pod("batch-0", 5, node_name="gpu-2"))
         backend = KubeBackend(kube, "east", NAMESPACE, read_only=False, node_agents=True)
         async with running_operator(client, backend), node_agent(nats_server.url, kubelet):
             commands: list[tuple[str, dict[str, Any]]] = [
@@ -313,10 +318,10 @@ async def test_replicas_carry_the_kubelets_uuids_and_outside_pods_take_capacity(
             await wait_for(replica, 30, "the replica")
             assert (await replica() or {})["device_ids"] == [UUIDS[6], UUIDS[1]]
 
-            # someone else's training job takes 4 of the node's GPUs: of 8, 2 are held by
-            # llama and 4 outside Wingsmith, so a workload of 4 waits, saying so
+            # someone else's training job takes 4 of gpu-1's GPUs: 2 are left there, and 3
+            # on gpu-2; 5 are free in sum, but a worker of 4 fits no node, so it waits
             await cluster_create(emulator, "pod", gpu_pod("train-0", 4))
-            kubelet.holds("default", "train-0", UUIDS[2:6])
+            kubelet.holds(NAMESPACE, "train-0", UUIDS[2:6])
             await asyncio.sleep(1.0)  # the agent's next read, the operator's inventory
             reply = await send_until_answered(
                 client, "workload.create", {"command_id": "big", **workload("big", 1, 4)}
@@ -330,8 +335,10 @@ async def test_replicas_carry_the_kubelets_uuids_and_outside_pods_take_capacity(
             await wait_for(decided, 30, "big's admission")
             admission = await decided() or {}
             assert (admission["phase"], admission["reason"]) == ("pending", "insufficient_capacity")
-            assert admission["evidence"]["capacity"] == 4
-            assert admission["evidence"]["held_in_cluster"] == 2
+            evidence = admission["evidence"]
+            assert (evidence["capacity"], evidence["held_in_cluster"]) == (7, 2)
+            assert (evidence["pod_devices"], evidence["nodes_fitting"]) == (4, 0)
+            assert evidence["largest_node_free"] == 3
 
 
 # -- the operator's join, rule by rule (the agent's reports handed over as published) -----------
