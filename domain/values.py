@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
@@ -113,6 +113,12 @@ def stand_in_device_id(node: str, pod: str, index: int) -> str:
 def is_stand_in(device_id: str) -> bool:
     """Whether a device id is the operator's stand-in rather than a device's own id."""
     return "/gpu" in device_id and _STAND_IN.fullmatch(device_id) is not None
+
+
+def holds_stand_ins(device_ids: Iterable[str]) -> bool:
+    """Whether any of a replica's devices is a stand-in (cheap for real ids: a projection asks
+    it of every replica started)."""
+    return any(_STAND_IN.fullmatch(d) for d in device_ids if "/gpu" in d)
 
 
 # What a node can hold: 8 GPUs on most servers, 16 on the densest; split into MIG instances

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from operator import itemgetter
-from typing import Any, Literal, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, cast
 
 from typing_extensions import TypedDict, Unpack
 
@@ -57,7 +57,7 @@ from wingsmith.domain.replica import (
     ReplicaStarted,
     ReplicaTerminated,
 )
-from wingsmith.domain.values import is_stand_in
+from wingsmith.domain.values import holds_stand_ins
 from wingsmith.domain.workload import (
     DeploymentAttached,
     PlacementDeferred,
@@ -192,6 +192,7 @@ class _Allocations(Projection[Row]):
             "device_class": e["device_class"],
             "granted": 0,
             "allocated": 0,
+            "reserved": 0,  # what its grant reserves beyond its replicas, as last counted
         }
         return self._deployment_changed(deployment_id)
 
@@ -231,13 +232,10 @@ class _Holdings(_Allocations[HeldRow]):
     """What each deployment holds, as admission counts it (domain/admission.py `Slot.held`):
     its grant, or what its live replicas hold when that is more. Split into `allocated` (its
     live replicas) and `reserved` (the rest of its grant), and counted in the deployment's row
-    (`_row_of`) by the difference each change makes, so a replica started or terminated costs
+    (`_move`) by the difference each change makes, so a replica started or terminated costs
     the same however many deployments share the row."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        # deployment id -> (reserved, allocated) as last counted in its row
-        self.counted: dict[str, tuple[int, int]] = {}
+    row_by: ClassVar[str]  # the deployment's field that, with its device class, keys its row
 
     @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
@@ -255,40 +253,54 @@ class _Holdings(_Allocations[HeldRow]):
     def _held(
         self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
     ) -> Keys:
-        deployment["allocated"] += devices
-        return self._recount(deployment)
-
-    def _deployment_changed(self, deployment_id: str) -> Keys:
-        return self._recount(self.deployments[deployment_id])
-
-    def _recount(self, d: dict[str, Any]) -> Keys:
-        """Move this deployment's share of its row by the difference it now makes (the hot
-        path of a rebuild: every replica started or terminated comes here)."""
-        allocated = d["allocated"]
-        reserved = d["granted"] - allocated
+        """The hot path of a rebuild: every replica started or terminated comes here."""
+        allocated = deployment["allocated"] = deployment["allocated"] + devices
+        reserved = deployment["granted"] - allocated
         if reserved < 0:
             reserved = 0
-        before_reserved, before_allocated = self.counted.get(d["id"], (0, 0))
-        if reserved == before_reserved and allocated == before_allocated:
+        moved = reserved - deployment["reserved"]
+        deployment["reserved"] = reserved
+        return self._move(deployment, moved, devices)
+
+    def _deployment_changed(self, deployment_id: str) -> Keys:
+        d = self.deployments[deployment_id]
+        d["row"] = f"{d[self.row_by]}.{d['device_class']}"
+        return self._recount(d)
+
+    def _recount(self, d: dict[str, Any]) -> Keys:
+        """Move this deployment's share of its row by the change in what its grant reserves
+        beyond what its replicas hold."""
+        reserved = d["granted"] - d["allocated"]
+        if reserved < 0:
+            reserved = 0
+        moved = reserved - d["reserved"]
+        if not moved:
             return self._unmoved(d)
-        key, row = self._row_of(d)
-        row["reserved"] += reserved - before_reserved
-        row["allocated"] += allocated - before_allocated
-        self.counted[d["id"]] = (reserved, allocated)
-        self._balance(row)
-        return (key,)
+        d["reserved"] = reserved
+        return self._move(d, moved, 0)
 
-    def _row_of(self, d: dict[str, Any]) -> tuple[str, HeldRow]:
-        """The row this deployment counts in, made if it is new."""
-        raise NotImplementedError
-
-    def _balance(self, row: HeldRow) -> None:
-        """Work out what is left in a row whose counts moved."""
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        """Add to the deployment's row (`d["row"]`, made if it is new) what it now reserves
+        and allocates more, and take it from what the row has left."""
         raise NotImplementedError
 
     def _unmoved(self, d: dict[str, Any]) -> Keys:
         """A change that moved none of the deployment's counts."""
         return ()
+
+
+NodeEntry = tuple[str, int, bool, int]  # a reported node: class, devices, unschedulable, outside
+_NODE_ENTRY = itemgetter("device_class", "devices", "unschedulable", "held_outside")
+
+
+def _node_entries(nodes: Iterable[Mapping[str, Any]]) -> dict[str, NodeEntry]:
+    """What a node's capacity view keeps of each reported node, by name."""
+    try:
+        return {node["node_id"]: _NODE_ENTRY(node) for node in nodes}
+    except KeyError:  # reported before nodes said what is unschedulable or held outside
+        return {
+            node["node_id"]: (node["device_class"], node["devices"], False, 0) for node in nodes
+        }
 
 
 class InventorySums(NamedTuple):
@@ -301,18 +313,17 @@ class InventorySums(NamedTuple):
 
 def _sums(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
     """`InventorySums` per device class of an inventory's nodes (lists: they checkpoint as
-    they are). Inventories stored before nodes said so have no unschedulable node and nothing
-    held outside."""
+    they are)."""
     sums: dict[str, list[int]] = {}
-    for node in nodes:
-        counted = sums.get(node["device_class"])
+    for device_class, devices, unschedulable, held_outside in _node_entries(nodes).values():
+        counted = sums.get(device_class)
         if counted is None:
-            counted = sums[node["device_class"]] = [0, 0, 0]
-        counted[0] += node["devices"]
-        if node.get("unschedulable", False):
-            counted[1] += node["devices"]
+            counted = sums[device_class] = [0, 0, 0]
+        counted[0] += devices
+        if unschedulable:
+            counted[1] += devices
         else:
-            counted[2] += node.get("held_outside", 0)
+            counted[2] += held_outside
     return sums
 
 
@@ -327,6 +338,7 @@ class Capacity(_Holdings[v.CapacityRow]):
 
     name = v.CAPACITY.name
     version = 2  # 2: unschedulable, held_outside; free on admission's basis, never clamped
+    row_by = "cluster_id"
 
     def __init__(self) -> None:
         super().__init__()
@@ -367,17 +379,22 @@ class Capacity(_Holdings[v.CapacityRow]):
                 changed.append(key)
         return changed
 
-    def _row_of(self, d: dict[str, Any]) -> tuple[str, v.CapacityRow]:
-        key = f"{d['cluster_id']}.{d['device_class']}"
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        key = d["row"]
         row = self.views.get(key)
-        return (key, row) if row is not None else self._row(d["cluster_id"], d["device_class"])
+        if row is None:
+            key, row = self._row(d["cluster_id"], d["device_class"])
+        row["reserved"] += reserved
+        row["allocated"] += allocated
+        row["free"] -= reserved + allocated
+        return (key,)
 
     def _unmoved(self, d: dict[str, Any]) -> Keys:
         """A new deployment's cluster and class have a row, even before anything is held."""
-        key = f"{d['cluster_id']}.{d['device_class']}"
-        return () if key in self.views else (self._row(d["cluster_id"], d["device_class"])[0],)
+        return () if d["row"] in self.views else (self._row(d["cluster_id"], d["device_class"])[0],)
 
-    def _balance(self, row: v.CapacityRow) -> None:
+    @staticmethod
+    def _balance(row: v.CapacityRow) -> None:
         row["free"] = (
             row["total"]
             - row["unschedulable"]
@@ -387,9 +404,9 @@ class Capacity(_Holdings[v.CapacityRow]):
         )
 
 
-class NodeCapacity(_Allocations[v.NodeCapacityView]):
+class NodeCapacity(Projection[v.NodeCapacityView]):
     """Key: `<cluster>.<device class>.<node>`. Each node of a capacity row: what it can take
-    and what live replicas hold on it (each `ReplicaStarted` names its node). A row of its own
+    and what live replicas hold on it (each `ReplicaStarted` names its node). A view of its own
     per node keeps the capacity rows small on clusters of hundreds of nodes, and a replica
     started or terminated changes one node's view. A node stays while it is reported or
     replicas hold devices on it."""
@@ -398,30 +415,74 @@ class NodeCapacity(_Allocations[v.NodeCapacityView]):
 
     def __init__(self) -> None:
         super().__init__()
-        # cluster -> node -> [device class, devices, unschedulable, held outside]
-        self.inventory: dict[str, dict[str, list[Any]]] = {}
-        self.counted_on: dict[str, str] = {}  # live replica -> the view its devices count in
+        # cluster -> node -> (device class, devices, unschedulable, held outside)
+        self.inventory: dict[str, dict[str, NodeEntry]] = {}
+        self.row_of: dict[str, str] = {}  # deployment -> `<cluster>.<device class>`
+        self.counted_on: dict[str, tuple[str, int]] = {}  # live replica -> (view, devices)
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """A checkpoint keeps the inventory's entries as lists: tuples again, so the next
+        report compares equal where nothing moved."""
+        super().restore(state)
+        for nodes in self.inventory.values():
+            for node_id, entry in nodes.items():
+                nodes[node_id] = cast(NodeEntry, tuple(entry))
+
+    @handles(DeploymentCreated)
+    def _deployment(self, deployment_id: str, e: E) -> Keys:
+        self.row_of[deployment_id] = f"{e['cluster_id']}.{e['device_class']}"
+        return ()
+
+    @handles(ReplicaStarted)
+    def _started(self, replica_id: str, e: E) -> Keys:
+        devices = len(e["device_ids"])
+        row = self.row_of.get(e["deployment_id"])
+        if row is None or not devices:  # unknown here, or a pod that holds no device
+            return ()
+        key = f"{row}.{e['node_id']}"
+        self.counted_on[replica_id] = (key, devices)
+        return self._hold(key, devices)
+
+    @handles(ReplicaTerminated)
+    def _terminated(self, replica_id: str, e: E) -> Keys:
+        counted = self.counted_on.pop(replica_id, None)
+        return () if counted is None else self._hold(counted[0], -counted[1])
+
+    def _hold(self, key: str, devices: int) -> Keys:
+        """Live replicas took `devices` on a node (released them, when negative)."""
+        view = self.views.get(key)
+        if view is None:  # a node not reported (any more): its replicas still hold devices
+            cluster_id, device_class, node_id = key.split(".", 2)  # ids and classes: no dots
+            view = self.views[key] = self._node(cluster_id, device_class, node_id)
+        view["allocated"] += devices
+        view["free"] -= devices
+        if not view["allocated"] and not self._reported(view):
+            del self.views[key]
+        return (key,)
 
     @handles(InventoryReported)
     def _inventory(self, cluster_id: str, e: E) -> Keys:
         """Only the nodes that moved change."""
-        after = {node["node_id"]: _node_entry(node) for node in e["nodes"]}
+        after = _node_entries(e["nodes"])
         before = self.inventory.get(cluster_id, {})
         self.inventory[cluster_id] = after
-        if after == before:  # most reports move no node
+        if after == before:
             return ()
         changed = []
-        for node_id in before.keys() | after.keys():
-            was, now = before.get(node_id), after.get(node_id)
+        for node_id, now in after.items():
+            was = before.get(node_id)
             if was == now:
                 continue
-            if was is not None and (now is None or now[0] != was[0]):  # gone from its class
+            if was is not None and was[0] != now[0]:  # gone from its class to another
                 changed.append(self._report(cluster_id, was[0], node_id, None))
-            if now is not None:
-                changed.append(self._report(cluster_id, now[0], node_id, now))
+            changed.append(self._report(cluster_id, now[0], node_id, now))
+        for node_id in before.keys() - after.keys():  # gone
+            changed.append(self._report(cluster_id, before[node_id][0], node_id, None))
         return changed
 
-    def _report(self, cluster_id: str, device_class: str, node_id: str, entry: Any) -> str:
+    def _report(
+        self, cluster_id: str, device_class: str, node_id: str, entry: NodeEntry | None
+    ) -> str:
         """Set a node's reported devices (None: it is not reported in this class any more)."""
         key = f"{cluster_id}.{device_class}.{node_id}"
         view = self.views.get(key)
@@ -430,7 +491,7 @@ class NodeCapacity(_Allocations[v.NodeCapacityView]):
         if entry is None:
             view["devices"], view["unschedulable"], view["held_outside"] = 0, True, 0
         else:
-            view["devices"], view["unschedulable"], view["held_outside"] = entry[1:]
+            _, view["devices"], view["unschedulable"], view["held_outside"] = entry
         return self._balance(key, view)
 
     @staticmethod
@@ -459,36 +520,6 @@ class NodeCapacity(_Allocations[v.NodeCapacityView]):
         entry = self.inventory.get(view["cluster_id"], {}).get(view["node_id"])
         return entry is not None and entry[0] == view["device_class"]
 
-    def _held(
-        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
-    ) -> Keys:
-        if started is None:
-            key = self.counted_on.pop(replica_id, "")
-        elif devices:  # a pod that holds no device counts on no node
-            key = f"{deployment['cluster_id']}.{deployment['device_class']}.{started['node_id']}"
-            self.counted_on[replica_id] = key
-        else:
-            return ()
-        if not key:
-            return ()
-        view = self.views.get(key)
-        if view is None:  # a node not reported (any more): its replicas still hold devices
-            cluster_id, device_class, node_id = key.split(".", 2)  # ids and classes: no dots
-            view = self.views[key] = self._node(cluster_id, device_class, node_id)
-        view["allocated"] += devices
-        return (self._balance(key, view),)
-
-
-def _node_entry(node: Mapping[str, Any]) -> list[Any]:
-    """What a capacity view keeps of a reported node (old reports say nothing of the last
-    two)."""
-    return [
-        node["device_class"],
-        node["devices"],
-        node.get("unschedulable", False),
-        node.get("held_outside", 0),
-    ]
-
 
 class QuotaUse(_Holdings[v.QuotaUseRow]):
     """Key: `<project>.<device class>`. Use on admission's basis: what each of the project's
@@ -497,6 +528,7 @@ class QuotaUse(_Holdings[v.QuotaUseRow]):
 
     name = v.QUOTA_USE.name
     version = 2  # 2: grants count as used; allocated and reserved
+    row_by = "project"
 
     def _row(self, project: str, device_class: str) -> tuple[str, v.QuotaUseRow]:
         key = f"{project}.{device_class}"
@@ -517,17 +549,19 @@ class QuotaUse(_Holdings[v.QuotaUseRow]):
     def _quota(self, project: str, e: E) -> Keys:
         key, row = self._row(project, e["device_class"])
         row["quota"] = e["devices"]
-        self._balance(row)
+        row["available"] = row["quota"] - row["used"]
         return (key,)
 
-    def _row_of(self, d: dict[str, Any]) -> tuple[str, v.QuotaUseRow]:
-        key = f"{d['project']}.{d['device_class']}"
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        key = d["row"]
         row = self.views.get(key)
-        return (key, row) if row is not None else self._row(d["project"], d["device_class"])
-
-    def _balance(self, row: v.QuotaUseRow) -> None:
-        row["used"] = row["allocated"] + row["reserved"]
-        row["available"] = row["quota"] - row["used"]
+        if row is None:
+            key, row = self._row(d["project"], d["device_class"])
+        row["reserved"] += reserved
+        row["allocated"] += allocated
+        row["used"] += reserved + allocated
+        row["available"] -= reserved + allocated
+        return (key,)
 
 
 class AdmissionDetails(TypedDict, total=False):
@@ -864,7 +898,7 @@ class Allocations(_Allocations[v.AllocationView]):
             "name": started["name"],
             "node_id": node_id,
             "device_ids": list(started["device_ids"]),
-            "stand_in": any(map(is_stand_in, started["device_ids"])),
+            "stand_in": holds_stand_ins(started["device_ids"]),
             "topology_domain": self.domains.get(cluster_id, {}).get(node_id),
             "ready": False,
             "serving_digest": started["serving_digest"],
