@@ -68,9 +68,10 @@ class CheckpointStore:
             )
             for c in checkpoints
         ]
-        sql = (
+        sql = (  # one at the same position replaces it: a new version of the projection saved it
             f"INSERT INTO wingsmith_checkpoints ({_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}) "
-            "ON CONFLICT (projection, position) DO NOTHING"
+            "ON CONFLICT (projection, position) DO UPDATE SET stream_seq = excluded.stream_seq, "
+            "event_time = excluded.event_time, state = excluded.state"
         )
         stale = [(c.projection, position) for c in checkpoints for position in self._stale(c)]
         delete = f"DELETE FROM wingsmith_checkpoints WHERE projection = {p} AND position = {p}"

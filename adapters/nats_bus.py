@@ -699,6 +699,7 @@ class ViewPublisher:
         self._nc = nc
         self._js = nc.jetstream(publish_async_max_pending=20_000)
         self._ends: dict[str, StreamEnd] = {}
+        self._resumed_at: dict[str, int] = {}  # stream -> its end's position at `resume`
         self._acks: list[asyncio.Future[Any]] = []
 
     async def start(self, projections: list[str], replicas: int = 1) -> None:
@@ -714,25 +715,38 @@ class ViewPublisher:
         after any failure."""
         self._acks = []
         self._ends = {s: await stream_end(self._js, s) for s in (VIEWS_STREAM, RENDER_STREAM)}
+        self._resumed_at = {s: end.position for s, end in self._ends.items()}
 
-    async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+    def published(self, projection: str) -> int:
+        """The store position of the last change on the projection's stream at `resume`."""
+        return self._resumed_at.get(view_stream(projection)[0], 0)
+
+    async def change(
+        self, projection: str, key: str, view: bytes | None, position: int, *, again: int = 0
+    ) -> None:
         """One change of one view, on the projection stream (the render stream for `render`);
         None: the view was removed. A change the stream already holds is skipped;
-        `Unpublishable` when NATS can never take it."""
+        `Unpublishable` when NATS can never take it. `again`: the view republished whole by
+        version `again` of its projection, under an id of its own (`…:<position>:v<again>`),
+        which the change made at that position by the version before does not hold."""
         stream, prefix = view_stream(projection)
         token = key_subject(key)
         end = self._ends.get(stream)
         if end is None:
             raise RuntimeError("ViewPublisher.resume() must come before the first change")
-        if end.holds(position, f"{projection}:{token}:{position}"):
+        if end.holds(position, _msg_id(projection, token, position, again)):
             return
-        ack = await self._publish(prefix, projection, token, view, position, chain=end)
+        ack = await self._publish(prefix, projection, token, view, position, chain=end, again=again)
         self._acks.append(ack)
 
-    async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+    async def latest(
+        self, projection: str, key: str, view: bytes | None, position: int, *, again: int = 0
+    ) -> None:
         """The view's value now, in its KV bucket (the key encoded as in its subject)."""
         prefix = f"$KV.{view_bucket(projection)}"
-        await self._publish(prefix, projection, key_subject(key), view, position, kv=True)
+        await self._publish(
+            prefix, projection, key_subject(key), view, position, kv=True, again=again
+        )
 
     async def _publish(
         self,
@@ -744,10 +758,11 @@ class ViewPublisher:
         *,
         kv: bool = False,
         chain: StreamEnd | None = None,
+        again: int = 0,
     ) -> asyncio.Future[Any]:
         """Publish under `<prefix>.<token>`, `token` being the view's key as subject tokens;
         with `chain`, as the next message of that stream. The acknowledgement to come."""
-        msg_id = f"{projection}:{token}:{position}"
+        msg_id = _msg_id(projection, token, position, again)
         headers = {"Nats-Msg-Id": msg_id, POSITION_HEADER: str(position)}
         if chain is not None:
             headers["Nats-Expected-Last-Sequence"] = str(chain.seq)
@@ -789,6 +804,13 @@ class ViewPublisher:
                 f"{len(refused)} view changes refused ({refused[0] if refused else ''}), "
                 f"{duplicates} duplicates; resume from where the streams end"
             )
+
+
+def _msg_id(projection: str, token: str, position: int, again: int = 0) -> str:
+    """A view change's `Nats-Msg-Id`: `<projection>:<key>:<position>`, and `:v<version>` for
+    a view republished whole by a new version of its projection."""
+    msg_id = f"{projection}:{token}:{position}"
+    return f"{msg_id}:v{again}" if again else msg_id
 
 
 async def latest_views(nc: Client, projection: str) -> dict[str, tuple[int, bytes | None]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
@@ -97,6 +97,30 @@ _DEVICE_ID = matching(
     600,  # the operator's stand-in for the longest node and pod names fits
 )
 DeviceId = Annotated[str, *_DEVICE_ID]
+# The stand-in: a node's and a pod's name (DNS subdomains, so never a `/` or an upper-case
+# letter) and `gpu<i>`. A GPU UUID or a MIG device (`MIG-GPU-…/1/0`) never has this form.
+_STAND_IN = re.compile(
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?/gpu(0|[1-9][0-9]*)"
+)
+
+
+def stand_in_device_id(node: str, pod: str, index: int) -> str:
+    """What the operator reports for the `index`th GPU of a pod whose devices the cluster did
+    not name: it counts the device, and names no real one."""
+    return f"{node}/{pod}/gpu{index}"
+
+
+def is_stand_in(device_id: str) -> bool:
+    """Whether a device id is the operator's stand-in rather than a device's own id."""
+    return "/gpu" in device_id and _STAND_IN.fullmatch(device_id) is not None
+
+
+def holds_stand_ins(device_ids: Iterable[str]) -> bool:
+    """Whether any of a replica's devices is a stand-in (cheap for real ids: a projection asks
+    it of every replica started)."""
+    return any(_STAND_IN.fullmatch(d) for d in device_ids if "/gpu" in d)
+
+
 # What a node can hold: 8 GPUs on most servers, 16 on the densest; split into MIG instances
 # (at most 7 each: 112) or shared by time-slicing (the device plugin advertises each GPU N
 # times: 8 x 16 = 128, 16 x 16 = 256). 256 holds all of these without letting one report claim

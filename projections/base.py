@@ -22,6 +22,7 @@ View = dict[str, Any]
 # the document each of a projection's views is (domain/contracts/views.py)
 V = TypeVar("V", default=Any)  # Any: a bare `Projection` is any projection
 Keys = Iterable[str]  # the keys of the views an event changed
+VERSION = "__version__"  # a checkpointed state's key for the version of the projection saved
 Handler = Callable[[Any, str, Mapping[str, Any]], Keys]
 
 
@@ -40,6 +41,9 @@ class Projection(Generic[V]):
     to the `Fold` that feeds it."""
 
     name: ClassVar[str]
+    # Raised whenever its views' shape or what its fold keeps changes: a checkpoint of another
+    # version is not restored, and the views are folded again from the first event.
+    version: ClassVar[int] = 1
     _handlers: ClassVar[dict[str, Handler]]  # by event type: the event class's name
 
     def __init_subclass__(cls) -> None:
@@ -65,12 +69,19 @@ class Projection(Generic[V]):
         return (key,)
 
     def state(self) -> dict[str, Any]:
-        """Everything needed to resume: a deep copy, safe to serialise while folding goes on."""
-        return copy.deepcopy(vars(self))
+        """Everything needed to resume, with the version that made it: a deep copy, safe to
+        serialise while folding goes on."""
+        return copy.deepcopy(vars(self)) | {VERSION: self.version}
+
+    def restores(self, state: Mapping[str, Any]) -> bool:
+        """Whether this projection can resume from `state` (one saved before versions were
+        recorded is of version 1)."""
+        return bool(state.get(VERSION, 1) == self.version)
 
     def restore(self, state: Mapping[str, Any]) -> None:
         for k, v in copy.deepcopy(dict(state)).items():
-            setattr(self, k, v)
+            if k != VERSION:
+                setattr(self, k, v)
 
 
 Route = tuple[tuple[Projection, Handler], ...]

@@ -1,13 +1,14 @@
-"""Fleet views: workload phase, free device capacity, quota use, deployment health, discovered
-inventory, allocations, and the workloads and clusters as declared. Each is a pure fold (see
-`base.Projection`). A deleted workload's or deployment's views are removed; the devices its
-replicas hold stay counted until they are seen terminated."""
+"""Fleet views: workload phase, free device capacity (per cluster and device class, and per
+node), quota use, deployment health, discovered inventory, allocations, and the workloads and
+clusters as declared. Each is a pure fold (see `base.Projection`). A deleted workload's or
+deployment's views are removed; the devices its replicas hold stay counted until they are seen
+terminated. Capacity and quota use count as admission does (domain/admission.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from operator import itemgetter
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, cast
 
 from typing_extensions import TypedDict, Unpack
 
@@ -56,6 +57,7 @@ from wingsmith.domain.replica import (
     ReplicaStarted,
     ReplicaTerminated,
 )
+from wingsmith.domain.values import holds_stand_ins
 from wingsmith.domain.workload import (
     DeploymentAttached,
     PlacementDeferred,
@@ -80,6 +82,7 @@ DRIFTING = frozenset({"authority", "engine_args", "imported_args"})  # ... and `
 _CLASS_AND_DEVICES = itemgetter("device_class", "devices")
 _NODE_AND_DOMAIN = itemgetter("node_id", "topology_domain")
 Row = TypeVar("Row")  # the view document of an `_Allocations`
+HeldRow = TypeVar("HeldRow", v.CapacityRow, v.QuotaUseRow)  # ... of a `_Holdings`
 
 
 def _first_phase(e: E) -> tuple[str, str | None]:
@@ -189,6 +192,7 @@ class _Allocations(Projection[Row]):
             "device_class": e["device_class"],
             "granted": 0,
             "allocated": 0,
+            "reserved": 0,  # what its grant reserves beyond its replicas, as last counted
         }
         return self._deployment_changed(deployment_id)
 
@@ -224,18 +228,14 @@ class _Allocations(Projection[Row]):
         return ()
 
 
-class Capacity(_Allocations[v.CapacityRow]):
-    """Key: `<cluster>.<device class>`. Devices in live allocations are allocated, never free;
-    a deployment reserves what admission granted it and its replicas do not hold yet. During a
-    rollout the grant covers the old generation and the new one together."""
+class _Holdings(_Allocations[HeldRow]):
+    """What each deployment holds, as admission counts it (domain/admission.py `Slot.held`):
+    its grant, or what its live replicas hold when that is more. Split into `allocated` (its
+    live replicas) and `reserved` (the rest of its grant), and counted in the deployment's row
+    (`_move`) by the difference each change makes, so a replica started or terminated costs
+    the same however many deployments share the row."""
 
-    name = v.CAPACITY.name
-
-    def __init__(self) -> None:
-        super().__init__()
-        # deployment id -> (reserved, allocated) as last counted in its row
-        self.counted: dict[str, tuple[int, int]] = {}
-        self.totals: dict[str, dict[str, int]] = {}  # cluster -> device class -> last total
+    row_by: ClassVar[str]  # the deployment's field that, with its device class, keys its row
 
     @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
@@ -250,6 +250,100 @@ class Capacity(_Allocations[v.CapacityRow]):
         d["granted"] = 0
         return self._recount(d)
 
+    def _held(
+        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
+    ) -> Keys:
+        """The hot path of a rebuild: every replica started or terminated comes here."""
+        allocated = deployment["allocated"] = deployment["allocated"] + devices
+        reserved = deployment["granted"] - allocated
+        if reserved < 0:
+            reserved = 0
+        moved = reserved - deployment["reserved"]
+        deployment["reserved"] = reserved
+        return self._move(deployment, moved, devices)
+
+    def _deployment_changed(self, deployment_id: str) -> Keys:
+        d = self.deployments[deployment_id]
+        d["row"] = f"{d[self.row_by]}.{d['device_class']}"
+        return self._recount(d)
+
+    def _recount(self, d: dict[str, Any]) -> Keys:
+        """Move this deployment's share of its row by the change in what its grant reserves
+        beyond what its replicas hold."""
+        reserved = d["granted"] - d["allocated"]
+        if reserved < 0:
+            reserved = 0
+        moved = reserved - d["reserved"]
+        if not moved:
+            return self._unmoved(d)
+        d["reserved"] = reserved
+        return self._move(d, moved, 0)
+
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        """Add to the deployment's row (`d["row"]`, made if it is new) what it now reserves
+        and allocates more, and take it from what the row has left."""
+        raise NotImplementedError
+
+    def _unmoved(self, d: dict[str, Any]) -> Keys:
+        """A change that moved none of the deployment's counts."""
+        return ()
+
+
+NodeEntry = tuple[str, int, bool, int]  # a reported node: class, devices, unschedulable, outside
+_NODE_ENTRY = itemgetter("device_class", "devices", "unschedulable", "held_outside")
+
+
+def _node_entries(nodes: Iterable[Mapping[str, Any]]) -> dict[str, NodeEntry]:
+    """What a node's capacity view keeps of each reported node, by name."""
+    try:
+        return {node["node_id"]: _NODE_ENTRY(node) for node in nodes}
+    except KeyError:  # reported before nodes said what is unschedulable or held outside
+        return {
+            node["node_id"]: (node["device_class"], node["devices"], False, 0) for node in nodes
+        }
+
+
+class InventorySums(NamedTuple):
+    """A device class's devices on a cluster as its inventory reports them."""
+
+    total: int = 0
+    unschedulable: int = 0  # on nodes cordoned or not Ready
+    held_outside: int = 0  # by pods Wingsmith does not manage, on the other nodes
+
+
+def _sums(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """`InventorySums` per device class of an inventory's nodes (lists: they checkpoint as
+    they are)."""
+    sums: dict[str, list[int]] = {}
+    for device_class, devices, unschedulable, held_outside in _node_entries(nodes).values():
+        counted = sums.get(device_class)
+        if counted is None:
+            counted = sums[device_class] = [0, 0, 0]
+        counted[0] += devices
+        if unschedulable:
+            counted[1] += devices
+        else:
+            counted[2] += held_outside
+    return sums
+
+
+class Capacity(_Holdings[v.CapacityRow]):
+    """Key: `<cluster>.<device class>`. Free devices on admission's basis: what the nodes can
+    take (their devices, less those on unschedulable nodes and those held outside Wingsmith)
+    less what every deployment holds (allocated, reserved). Devices in live allocations are
+    never free; a deployment reserves what admission granted it and its replicas do not hold
+    yet (during a rollout the grant covers the old generation and the new one together). Free
+    is not clamped: a negative free is an over-commitment, e.g. replicas on a node cordoned or
+    lost since they started."""
+
+    name = v.CAPACITY.name
+    version = 2  # 2: unschedulable, held_outside; free on admission's basis, never clamped
+    row_by = "cluster_id"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inventory: dict[str, dict[str, list[int]]] = {}  # cluster -> class -> sums
+
     def _row(self, cluster_id: str, device_class: str) -> tuple[str, v.CapacityRow]:
         key = f"{cluster_id}.{device_class}"
         row = self.views.get(key)
@@ -258,6 +352,8 @@ class Capacity(_Allocations[v.CapacityRow]):
                 "cluster_id": cluster_id,
                 "device_class": device_class,
                 "total": 0,
+                "unschedulable": 0,
+                "held_outside": 0,
                 "allocated": 0,
                 "reserved": 0,
                 "free": 0,
@@ -266,59 +362,173 @@ class Capacity(_Allocations[v.CapacityRow]):
 
     @handles(InventoryReported)
     def _inventory(self, cluster_id: str, e: E) -> Keys:
-        """Only the device classes whose total moved change (a class no longer reported has
+        """Only the device classes whose sums moved change (a class no longer reported has
         none)."""
-        totals = _devices(e["nodes"])
-        before = self.totals.get(cluster_id, {})
-        self.totals[cluster_id] = totals
-        if totals == before:  # most reports move no total
+        sums = _sums(e["nodes"])
+        before = self.inventory.get(cluster_id, {})
+        self.inventory[cluster_id] = sums
+        if sums == before:  # most reports move no sum
             return ()
-        changed = set()
-        for device_class in before.keys() | totals.keys():
-            if before.get(device_class) != totals.get(device_class):
+        changed = []
+        for device_class in before.keys() | sums.keys():
+            now = InventorySums(*sums.get(device_class, ()))
+            if now != InventorySums(*before.get(device_class, ())):
                 key, row = self._row(cluster_id, device_class)
-                row["total"] = totals.get(device_class, 0)
-                changed.add(self._free(key, row))
+                row["total"], row["unschedulable"], row["held_outside"] = now
+                self._balance(row)
+                changed.append(key)
         return changed
 
-    def _held(
-        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
-    ) -> Keys:
-        deployment["allocated"] += devices
-        return self._recount(deployment)
-
-    def _deployment_changed(self, deployment_id: str) -> Keys:
-        return self._recount(self.deployments[deployment_id])
-
-    def _recount(self, d: dict[str, Any]) -> Keys:
-        """Move this deployment's share of its row by the difference it now makes (the hot
-        path of a rebuild: every replica started or terminated comes here)."""
-        key = f"{d['cluster_id']}.{d['device_class']}"
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        key = d["row"]
         row = self.views.get(key)
         if row is None:
             key, row = self._row(d["cluster_id"], d["device_class"])
-        allocated = d["allocated"]
-        reserved = d["granted"] - allocated
-        if reserved < 0:
-            reserved = 0
-        before_reserved, before_allocated = self.counted.get(d["id"], (0, 0))
-        row["reserved"] += reserved - before_reserved
-        row["allocated"] += allocated - before_allocated
-        self.counted[d["id"]] = (reserved, allocated)
-        free = row["total"] - row["allocated"] - row["reserved"]
-        row["free"] = free if free > 0 else 0
+        row["reserved"] += reserved
+        row["allocated"] += allocated
+        row["free"] -= reserved + allocated
         return (key,)
 
+    def _unmoved(self, d: dict[str, Any]) -> Keys:
+        """A new deployment's cluster and class have a row, even before anything is held."""
+        return () if d["row"] in self.views else (self._row(d["cluster_id"], d["device_class"])[0],)
+
     @staticmethod
-    def _free(key: str, row: v.CapacityRow) -> str:
-        row["free"] = max(row["total"] - row["allocated"] - row["reserved"], 0)
+    def _balance(row: v.CapacityRow) -> None:
+        row["free"] = (
+            row["total"]
+            - row["unschedulable"]
+            - row["held_outside"]
+            - row["allocated"]
+            - row["reserved"]
+        )
+
+
+class NodeCapacity(Projection[v.NodeCapacityView]):
+    """Key: `<cluster>.<device class>.<node>`. Each node of a capacity row: what it can take
+    and what live replicas hold on it (each `ReplicaStarted` names its node). A view of its own
+    per node keeps the capacity rows small on clusters of hundreds of nodes, and a replica
+    started or terminated changes one node's view. A node stays while it is reported or
+    replicas hold devices on it."""
+
+    name = v.CAPACITY_NODES.name
+
+    def __init__(self) -> None:
+        super().__init__()
+        # cluster -> node -> (device class, devices, unschedulable, held outside)
+        self.inventory: dict[str, dict[str, NodeEntry]] = {}
+        self.row_of: dict[str, str] = {}  # deployment -> `<cluster>.<device class>`
+        self.counted_on: dict[str, tuple[str, int]] = {}  # live replica -> (view, devices)
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """A checkpoint keeps the inventory's entries as lists: tuples again, so the next
+        report compares equal where nothing moved."""
+        super().restore(state)
+        for nodes in self.inventory.values():
+            for node_id, entry in nodes.items():
+                nodes[node_id] = cast(NodeEntry, tuple(entry))
+
+    @handles(DeploymentCreated)
+    def _deployment(self, deployment_id: str, e: E) -> Keys:
+        self.row_of[deployment_id] = f"{e['cluster_id']}.{e['device_class']}"
+        return ()
+
+    @handles(ReplicaStarted)
+    def _started(self, replica_id: str, e: E) -> Keys:
+        devices = len(e["device_ids"])
+        row = self.row_of.get(e["deployment_id"])
+        if row is None or not devices:  # unknown here, or a pod that holds no device
+            return ()
+        key = f"{row}.{e['node_id']}"
+        self.counted_on[replica_id] = (key, devices)
+        return self._hold(key, devices)
+
+    @handles(ReplicaTerminated)
+    def _terminated(self, replica_id: str, e: E) -> Keys:
+        counted = self.counted_on.pop(replica_id, None)
+        return () if counted is None else self._hold(counted[0], -counted[1])
+
+    def _hold(self, key: str, devices: int) -> Keys:
+        """Live replicas took `devices` on a node (released them, when negative)."""
+        view = self.views.get(key)
+        if view is None:  # a node not reported (any more): its replicas still hold devices
+            cluster_id, device_class, node_id = key.split(".", 2)  # ids and classes: no dots
+            view = self.views[key] = self._node(cluster_id, device_class, node_id)
+        view["allocated"] += devices
+        view["free"] -= devices
+        if not view["allocated"] and not self._reported(view):
+            del self.views[key]
+        return (key,)
+
+    @handles(InventoryReported)
+    def _inventory(self, cluster_id: str, e: E) -> Keys:
+        """Only the nodes that moved change."""
+        after = _node_entries(e["nodes"])
+        before = self.inventory.get(cluster_id, {})
+        self.inventory[cluster_id] = after
+        if after == before:
+            return ()
+        changed = []
+        for node_id, now in after.items():
+            was = before.get(node_id)
+            if was == now:
+                continue
+            if was is not None and was[0] != now[0]:  # gone from its class to another
+                changed.append(self._report(cluster_id, was[0], node_id, None))
+            changed.append(self._report(cluster_id, now[0], node_id, now))
+        for node_id in before.keys() - after.keys():  # gone
+            changed.append(self._report(cluster_id, before[node_id][0], node_id, None))
+        return changed
+
+    def _report(
+        self, cluster_id: str, device_class: str, node_id: str, entry: NodeEntry | None
+    ) -> str:
+        """Set a node's reported devices (None: it is not reported in this class any more)."""
+        key = f"{cluster_id}.{device_class}.{node_id}"
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = self._node(cluster_id, device_class, node_id)
+        if entry is None:
+            view["devices"], view["unschedulable"], view["held_outside"] = 0, True, 0
+        else:
+            _, view["devices"], view["unschedulable"], view["held_outside"] = entry
+        return self._balance(key, view)
+
+    @staticmethod
+    def _node(cluster_id: str, device_class: str, node_id: str) -> v.NodeCapacityView:
+        """A node not (yet) reported: it has no devices to offer."""
+        return {
+            "cluster_id": cluster_id,
+            "device_class": device_class,
+            "node_id": node_id,
+            "devices": 0,
+            "unschedulable": True,
+            "held_outside": 0,
+            "allocated": 0,
+            "free": 0,
+        }
+
+    def _balance(self, key: str, view: v.NodeCapacityView) -> str:
+        """Its free devices; a node neither reported nor held on is removed."""
+        usable = 0 if view["unschedulable"] else view["devices"] - view["held_outside"]
+        view["free"] = usable - view["allocated"]
+        if not view["allocated"] and not self._reported(view):
+            del self.views[key]
         return key
 
+    def _reported(self, view: v.NodeCapacityView) -> bool:
+        entry = self.inventory.get(view["cluster_id"], {}).get(view["node_id"])
+        return entry is not None and entry[0] == view["device_class"]
 
-class QuotaUse(_Allocations[v.QuotaUseRow]):
-    """Key: `<project>.<device class>`. Use is counted from live allocations."""
+
+class QuotaUse(_Holdings[v.QuotaUseRow]):
+    """Key: `<project>.<device class>`. Use on admission's basis: what each of the project's
+    deployments holds (its grant, or what its live replicas hold when that is more), so what
+    is shown available is what admission would grant."""
 
     name = v.QUOTA_USE.name
+    version = 2  # 2: grants count as used; allocated and reserved
+    row_by = "project"
 
     def _row(self, project: str, device_class: str) -> tuple[str, v.QuotaUseRow]:
         key = f"{project}.{device_class}"
@@ -329,6 +539,8 @@ class QuotaUse(_Allocations[v.QuotaUseRow]):
                 "device_class": device_class,
                 "quota": 0,
                 "used": 0,
+                "allocated": 0,
+                "reserved": 0,
                 "available": 0,
             }
         return key, row
@@ -337,23 +549,19 @@ class QuotaUse(_Allocations[v.QuotaUseRow]):
     def _quota(self, project: str, e: E) -> Keys:
         key, row = self._row(project, e["device_class"])
         row["quota"] = e["devices"]
-        return (self._available(row, key),)
-
-    def _held(
-        self, replica_id: str, deployment: dict[str, Any], devices: int, started: E | None
-    ) -> Keys:
-        key = f"{deployment['project']}.{deployment['device_class']}"
-        row = self.views.get(key)
-        if row is None:
-            key, row = self._row(deployment["project"], deployment["device_class"])
-        row["used"] += devices
         row["available"] = row["quota"] - row["used"]
         return (key,)
 
-    @staticmethod
-    def _available(row: v.QuotaUseRow, key: str) -> str:
-        row["available"] = row["quota"] - row["used"]
-        return key
+    def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
+        key = d["row"]
+        row = self.views.get(key)
+        if row is None:
+            key, row = self._row(d["project"], d["device_class"])
+        row["reserved"] += reserved
+        row["allocated"] += allocated
+        row["used"] += reserved + allocated
+        row["available"] -= reserved + allocated
+        return (key,)
 
 
 class AdmissionDetails(TypedDict, total=False):
@@ -649,6 +857,7 @@ class Allocations(_Allocations[v.AllocationView]):
     version it runs. A terminated replica's view is removed."""
 
     name = v.ALLOCATIONS.name
+    version = 2  # 2: stand_in
 
     def __init__(self) -> None:
         super().__init__()
@@ -689,6 +898,7 @@ class Allocations(_Allocations[v.AllocationView]):
             "name": started["name"],
             "node_id": node_id,
             "device_ids": list(started["device_ids"]),
+            "stand_in": holds_stand_ins(started["device_ids"]),
             "topology_domain": self.domains.get(cluster_id, {}).get(node_id),
             "ready": False,
             "serving_digest": started["serving_digest"],
@@ -823,6 +1033,7 @@ class Clusters(Projection[v.ClusterView]):
 PROJECTIONS: tuple[type[Projection[Any]], ...] = (
     WorkloadPhase,
     Capacity,
+    NodeCapacity,
     QuotaUse,
     DeploymentHealth,
     Discovered,

@@ -29,25 +29,54 @@ class WorkloadPhaseView(TypedDict):
 
 
 class CapacityRow(TypedDict):
-    """`capacity`, by `<cluster>.<device class>`: devices total, held by live replicas,
-    reserved by admission for replicas still to start, and free."""
+    """`capacity`, by `<cluster>.<device class>`: the devices its nodes report (`total`), of
+    them those on unschedulable nodes (cordoned or not Ready) and those held by pods Wingsmith
+    does not manage on the other nodes (`held_outside`), then what live replicas hold
+    (`allocated`) and what admission granted to replicas still to start (`reserved`). `free`
+    is what is left: total - unschedulable - held_outside - allocated - reserved, as admission
+    counts it. It is negative when more is held than the nodes can take (a node cordoned or
+    lost under its replicas): an over-commitment, shown as it is."""
 
     cluster_id: str
     device_class: str
     total: int
+    unschedulable: int
+    held_outside: int
     allocated: int
     reserved: int
     free: int
 
 
+class NodeCapacityView(TypedDict):
+    """`capacity_nodes`, by `<cluster>.<device class>.<node>`: one node of a capacity row. Its
+    `free` is what it can take (none when unschedulable, else its devices less those held
+    outside Wingsmith) less what live replicas hold on it; negative when over-committed. Grants
+    not started yet are not placed on nodes: they count in the row only. A node no longer
+    reported while replicas still hold devices on it stays, with no devices, unschedulable."""
+
+    cluster_id: str
+    device_class: str
+    node_id: str
+    devices: int
+    unschedulable: bool
+    held_outside: int
+    allocated: int
+    free: int
+
+
 class QuotaUseRow(TypedDict):
-    """`quota_use`, by `<project>.<device class>`: the quota, what live replicas hold, and
-    what is left (negative when a quota is lowered below use)."""
+    """`quota_use`, by `<project>.<device class>`: the quota, what the project's deployments
+    hold as admission counts it (`used`: each deployment's grant, or what its live replicas
+    hold when that is more), split into `allocated` (held by live replicas) and `reserved`
+    (granted, not started yet), and what is left (negative when a quota is lowered below
+    use)."""
 
     project: str
     device_class: str
     quota: int
     used: int
+    allocated: int
+    reserved: int
     available: int
 
 
@@ -146,7 +175,9 @@ class DiscoveredView(Sighting):
 
 
 class AllocationView(TypedDict):
-    """`allocations`, by replica id: a live replica, the devices it holds and where."""
+    """`allocations`, by replica id: a live replica, the devices it holds and where.
+    `stand_in`: its device ids are the operator's stand-ins (`<node>/<pod>/gpu<i>`), not the
+    devices' own ids, which the cluster did not tell."""
 
     replica_id: str
     deployment_id: str
@@ -154,6 +185,7 @@ class AllocationView(TypedDict):
     name: str
     node_id: str
     device_ids: list[str]
+    stand_in: bool
     topology_domain: str | None
     ready: bool
     serving_digest: str
@@ -214,6 +246,7 @@ class Kind(Generic[D]):
 
 WORKLOAD_PHASE: Kind[WorkloadPhaseView] = Kind("workload_phase")
 CAPACITY: Kind[CapacityRow] = Kind("capacity")
+CAPACITY_NODES: Kind[NodeCapacityView] = Kind("capacity_nodes")
 QUOTA_USE: Kind[QuotaUseRow] = Kind("quota_use")
 DEPLOYMENT_HEALTH: Kind[DeploymentHealthView] = Kind("deployment_health")
 DISCOVERED: Kind[DiscoveredView] = Kind("discovered")
@@ -301,6 +334,12 @@ class ClusterList(TypedDict):
 
 class CapacityList(TypedDict):
     capacity: list[CapacityRow]
+
+
+class NodeList(TypedDict):
+    """`/v1/clusters/{ref}/nodes`: the cluster's nodes, by device class and name."""
+
+    nodes: list[NodeCapacityView]
 
 
 class Change(TypedDict):

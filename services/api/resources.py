@@ -96,10 +96,23 @@ def cluster(views: Views, ref: str) -> v.Cluster:
     return {**view, "capacity": capacity(views, cluster=ref)}
 
 
+def nodes(views: Views, ref: str, *, device_class: str | None = None) -> list[v.NodeCapacityView]:
+    """A cluster's nodes, each with what it can take and what live replicas hold on it."""
+    if _get(views, v.CLUSTERS, ref) is None:
+        raise Problem("not_found", f"no cluster {ref!r}", field="ref")
+    found = [
+        node
+        for node in _all(views, v.CAPACITY_NODES)
+        if node["cluster_id"] == ref and device_class in (None, node["device_class"])
+    ]
+    return sorted(found, key=lambda node: (node["device_class"], node["node_id"]))
+
+
 def capacity(
     views: Views, *, cluster: str | None = None, device_class: str | None = None
 ) -> list[v.CapacityRow]:
-    """Devices per cluster and class: total, allocated, reserved by admission, free."""
+    """Devices per cluster and class: total, on unschedulable nodes, held outside Wingsmith,
+    allocated, reserved by admission, and free (negative when over-committed)."""
     rows = [
         row
         for row in _all(views, v.CAPACITY)

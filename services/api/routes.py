@@ -492,11 +492,19 @@ async def get_cluster(request: Request, ref: Ref) -> v.Cluster:
     return r.cluster(_views(request), ref)
 
 
+@router.get("/clusters/{ref}/nodes", tags=["clusters"], **_reads(v.NodeList, REF_PROBLEMS))
+async def cluster_nodes(request: Request, ref: Ref, device_class: str | None = None) -> v.NodeList:
+    """The cluster's nodes: devices, whether unschedulable, held outside Wingsmith, held by
+    live replicas, and free (negative when over-committed)."""
+    return {"nodes": r.nodes(_views(request), ref, device_class=device_class)}
+
+
 @router.get("/capacity", tags=["clusters"], **_reads(v.CapacityList))
 async def capacity(
     request: Request, cluster: str | None = None, device_class: str | None = None
 ) -> v.CapacityList:
-    """Devices per cluster and class: total, allocated, reserved by admission, free."""
+    """Devices per cluster and class: total, on unschedulable nodes, held outside Wingsmith,
+    allocated, reserved by admission, and free (negative when over-committed)."""
     return {"capacity": r.capacity(_views(request), cluster=cluster, device_class=device_class)}
 
 

@@ -415,12 +415,23 @@ async def _discovered_action(api: ApiClient, args: argparse.Namespace) -> str:
 
 
 def _project_table(found: v.ProjectList) -> str:
+    """USED is what admission counts against the quota: ALLOCATED (live replicas) and RESERVED
+    (granted, not started yet)."""
     rows = [
-        (p["project"], q["device_class"], q["quota"], q["used"], q["available"])
+        (
+            p["project"],
+            q["device_class"],
+            q["quota"],
+            q["used"],
+            q["allocated"],
+            q["reserved"],
+            q["available"],
+        )
         for p in found["projects"]
         for q in p["quotas"]
     ]
-    return table(("PROJECT", "CLASS", "QUOTA", "USED", "AVAILABLE"), rows)
+    headers = ("PROJECT", "CLASS", "QUOTA", "USED", "ALLOCATED", "RESERVED", "AVAILABLE")
+    return table(headers, rows)
 
 
 async def _list_projects(api: ApiClient, args: argparse.Namespace) -> str:
@@ -433,27 +444,57 @@ async def _quota(api: ApiClient, args: argparse.Namespace) -> str:
     return _out(args, project, lambda p: _project_table({"projects": [p]}))
 
 
-CAPACITY_COLUMNS = ("device_class", "total", "allocated", "reserved", "free")
+CAPACITY_COLUMNS = (
+    "device_class",
+    "total",
+    "unschedulable",
+    "held_outside",
+    "allocated",
+    "reserved",
+    "free",
+)
+CAPACITY_HEADERS = ("CLASS", "TOTAL", "UNSCHED", "OUTSIDE", "ALLOCATED", "RESERVED", "FREE")
 
 
 def _cluster_table(found: v.ClusterList) -> str:
+    """FREE = TOTAL - UNSCHED - OUTSIDE - ALLOCATED - RESERVED, as admission counts it:
+    negative when over-committed."""
     rows = [
         (
             c["cluster_id"],
             "yes" if c["reachable"] else "no",
             _operator(c["operator"]),
             c["nodes"],
-            row["device_class"],
-            row["total"],
-            row["allocated"],
-            row["reserved"],
-            row["free"],
+            *(row[column] for column in CAPACITY_COLUMNS),
         )
         for c in found["clusters"]
         for row in _capacity_rows(c)
     ]
-    headers = ("CLUSTER", "REACHABLE", "OPERATOR", "NODES", "CLASS", "TOTAL", "ALLOCATED")
-    return table((*headers, "RESERVED", "FREE"), rows)
+    return table(("CLUSTER", "REACHABLE", "OPERATOR", "NODES", *CAPACITY_HEADERS), rows)
+
+
+def _node_table(found: v.NodeList) -> str:
+    """FREE = DEVICES - OUTSIDE - ALLOCATED on a schedulable node, -ALLOCATED on another."""
+    rows = [
+        (
+            n["node_id"],
+            n["device_class"],
+            n["devices"],
+            "yes" if n["unschedulable"] else "no",
+            n["held_outside"],
+            n["allocated"],
+            n["free"],
+        )
+        for n in found["nodes"]
+    ]
+    headers = ("NODE", "CLASS", "DEVICES", "UNSCHED", "OUTSIDE", "ALLOCATED", "FREE")
+    return table(headers, rows)
+
+
+async def _list_nodes(api: ApiClient, args: argparse.Namespace) -> str:
+    path = f"/v1/clusters/{args.ref}/nodes"
+    found = await api.call("GET", path, params={"device_class": args.device_class})
+    return _out(args, found, _node_table)
 
 
 def _capacity_rows(cluster: v.Cluster) -> Sequence[Mapping[str, Any]]:
@@ -581,6 +622,9 @@ def _clusters(cli: _Nouns) -> None:
     cli.verb(clusters, "list", _list_clusters, "every cluster with its devices")
     got = cli.verb(clusters, "get", _get, "one cluster", collection="/v1/clusters")
     got.add_argument("ref", metavar="cluster")
+    nodes = cli.verb(clusters, "nodes", _list_nodes, "its nodes: devices, held and free")
+    nodes.add_argument("ref", metavar="cluster")
+    nodes.add_argument("--device-class")
 
 
 def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:

@@ -65,11 +65,20 @@ class ViewSink(Protocol):
     async def resume(self) -> None:
         """Learn what the streams already hold: changes up to there are not published again."""
 
-    async def change(self, projection: str, key: str, view: bytes | None, position: int) -> None:
-        """Publish one change of one view (None: removed)."""
+    async def change(
+        self, projection: str, key: str, view: bytes | None, position: int, *, again: int = 0
+    ) -> None:
+        """Publish one change of one view (None: removed); `again`: the view republished
+        whole by that version of its projection, under an id of its own."""
 
-    async def latest(self, projection: str, key: str, view: bytes | None, position: int) -> None:
+    async def latest(
+        self, projection: str, key: str, view: bytes | None, position: int, *, again: int = 0
+    ) -> None:
         """Keep a view's latest value."""
+
+    def published(self, projection: str) -> int:
+        """The store position of the last change the projection's stream held at `resume`
+        (0: none)."""
 
     async def progress(self, progress: dict[str, Any]) -> None:
         """Report how far the projector has got."""
@@ -105,6 +114,9 @@ class Projector:
         self._since_checkpoint = 0
         self._checkpointed_at = time.monotonic()
         self._busy: asyncio.Future[None] | None = None
+        # projections folded again from zero for want of a checkpoint of their version: their
+        # views go out whole once the fold has passed what the streams hold
+        self._stale: list[Projection] = []
         self.dead_letters = dead_letters if dead_letters is not None else DeadLetters(None)
 
     async def run(self) -> None:
@@ -138,12 +150,39 @@ class Projector:
             if batch[0].seq > self.seq + 1:
                 await self._fill_gap(batch[0])
             await self._apply(batch)
+            if self._stale:
+                await self._republish()
         if self._due():
             await self.checkpoint()
 
+    async def _republish(self) -> None:
+        """Every view of a projection folded again from zero for want of a checkpoint of its
+        version, once the fold has passed the last change the streams held: its changes up to
+        there were not sent again (the streams held changes at those positions), so readers
+        still have the views as the previous version made them. A projection whose stream held
+        nothing has nothing to replace."""
+        position, stale = self.fold.position, []
+        for projection in self._stale:
+            published = self._sink.published(projection.name)
+            if published and position < published:
+                stale.append(projection)
+                continue
+            for key, view in list(projection.views.items()) if published else ():
+                try:
+                    payload, again = orjson.dumps(view), projection.version
+                    await self._sink.change(projection.name, key, payload, position, again=again)
+                    await self._sink.latest(projection.name, key, payload, position, again=again)
+                except (TypeError, Unpublishable) as e:
+                    log.warning("projector: %s %r not republished: %s", projection.name, key, e)
+            if published:
+                log.info("projector: %s republished at %d", projection.name, position)
+        await self._sink.flush()
+        self._stale = stale
+
     async def _restore(self) -> None:
-        """The latest checkpoint, or zero when any projection has none (a new one): all
-        projections are checkpointed together and move together."""
+        """The latest checkpoint, or zero when any projection has none of its version (a new
+        one, or one whose views changed shape): all projections are checkpointed together and
+        move together."""
         self.fold = Fold(kind() for kind in self._kinds)
         self.seq, self._event_time, self._busy = 0, None, None
         self._since_checkpoint = 0
@@ -151,7 +190,10 @@ class Projector:
         saved = [
             await self._store.run(self.checkpoints.latest, p.name) for p in self.fold.projections
         ]
-        if any(c is None for c in saved) or len({c.position for c in saved if c}) != 1:
+        self._stale = [
+            p for p, c in zip(self.fold.projections, saved, strict=True) if not _resumes(p, c)
+        ]
+        if self._stale or len({c.position for c in saved if c}) != 1:
             return
         for projection, checkpoint in zip(self.fold.projections, saved, strict=True):
             assert checkpoint is not None
@@ -267,13 +309,15 @@ class Projector:
         )
 
     def _due(self) -> bool:
+        if self._stale:  # a checkpoint now would let a crash skip the republishing
+            return False
         if self._since_checkpoint >= CHECKPOINT_EVENTS:
             return True
         stale = time.monotonic() - self._checkpointed_at >= self.checkpoint_every
         return stale and self._since_checkpoint > 0
 
     async def checkpoint(self) -> None:
-        if self._event_time is None:
+        if self._event_time is None or self._stale:
             return
         position = self.fold.position
         saved = [
@@ -339,6 +383,8 @@ def as_of(
     for kind in kinds:
         projection = kind()
         saved = checkpoints.before(kind.name, when)
+        if not _resumes(projection, saved):  # none, or of a version before this one's
+            saved = None
         if saved is not None:
             projection.restore(saved.state)
         starts.setdefault(saved.position if saved else 0, []).append(projection)
@@ -346,6 +392,11 @@ def as_of(
     for position, group in starts.items():  # checkpoints are taken together: normally one
         fold(read, Fold(group, position), until=when)
     return projections
+
+
+def _resumes(projection: Projection, checkpoint: Checkpoint | None) -> bool:
+    """Whether the projection can resume from the checkpoint: there is one, of its version."""
+    return checkpoint is not None and projection.restores(checkpoint.state)
 
 
 def fold(

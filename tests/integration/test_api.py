@@ -142,6 +142,8 @@ async def test_a_workload_from_quota_to_running_to_deleted(
         assert ok(await api.get(f"/v1/deployments/{ref}"))["deployment_id"] == "llama--east"
     capacity = ok(await api.get("/v1/capacity", params={"cluster": "east"}))["capacity"]
     assert capacity[0]["allocated"] == 2
+    nodes = ok(await api.get("/v1/clusters/east/nodes"))["nodes"]
+    assert sum(n["allocated"] for n in nodes) == 2
     assert ok(await api.get("/v1/projects/search"))["quotas"][0]["used"] == 2
 
     scaled = ok(await api.post("/v1/workloads/llama/scale", json={"replicas": 3}))
@@ -179,7 +181,8 @@ async def test_a_workload_from_quota_to_running_to_deleted(
     assert ok(deleted, 202)["deployments"] == ["llama--east"]
     assert (await api.get("/v1/workloads/llama")).status_code == 404
     free = {"cluster_id": "east", "device_class": "H100", "total": 16, "allocated": 0}
-    await until(api, "/v1/clusters/east", capacity=[free | {"reserved": 0, "free": 16}])
+    nothing_else = {"unschedulable": 0, "held_outside": 0, "reserved": 0}
+    await until(api, "/v1/clusters/east", capacity=[free | nothing_else | {"free": 16}])
 
 
 async def test_every_resource_is_exactly_its_contracts_document(
@@ -211,6 +214,7 @@ async def test_every_resource_is_exactly_its_contracts_document(
         "/v1/clusters": v.ClusterList,
         "/v1/clusters/east": v.Cluster,
         "/v1/capacity": v.CapacityList,
+        "/v1/clusters/east/nodes": v.NodeList,
         "/v1/events?limit=1000": v.AuditPage,
     }
     for path, contract in served.items():

@@ -18,7 +18,7 @@ from wingsmith.domain.deployment import AdmissionReason, Deployment
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
 from wingsmith.domain.values import ServingConfig
-from wingsmith.projections.base import Fold, Projection
+from wingsmith.projections.base import VERSION, Fold, Projection
 from wingsmith.projections.fleet import Capacity, DeploymentHealth
 from wingsmith.services.hub.projector import as_of, fold, rebuild
 
@@ -86,9 +86,11 @@ def capacity(total: int, allocated: int, reserved: int) -> dict[str, Any]:
         "cluster_id": "east",
         "device_class": "H100",
         "total": total,
+        "unschedulable": 0,
+        "held_outside": 0,
         "allocated": allocated,
         "reserved": reserved,
-        "free": max(total - allocated - reserved, 0),
+        "free": total - allocated - reserved,
     }
 
 
@@ -149,6 +151,17 @@ def test_as_of_starts_from_checkpoints_and_ignores_later_ones(stores: Any) -> No
         checkpoints.save(
             [Checkpoint(p.name, target.position, 0, when, p.state()) for p in target.projections]
         )
+    answers(store, checkpoints)
+
+
+def test_as_of_ignores_checkpoints_an_earlier_version_of_a_projection_saved(stores: Any) -> None:
+    """Its views were of another shape: the answer is folded from the first event instead."""
+    store, checkpoints = stores
+    full = rebuild(store.read, [Capacity])
+    [capacity] = full.projections
+    state = capacity.state() | {VERSION: Capacity.version - 1}
+    state["views"]["east.H100"] = {"cluster_id": "east", "total": 99}  # as it was then, say
+    checkpoints.save([Checkpoint("capacity", full.position, 0, at("14:06"), state)])
     answers(store, checkpoints)
 
 

@@ -6,7 +6,12 @@ import pytest
 from pydantic import ValidationError
 
 from wingsmith.domain import releases
-from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.values import (
+    ServingConfig,
+    holds_stand_ins,
+    is_stand_in,
+    stand_in_device_id,
+)
 
 from .conftest import serving
 
@@ -122,3 +127,34 @@ def test_the_hubs_strict_json_parsing_takes_a_release_and_lists_for_tuples() -> 
         ServingConfig.model_validate_json(
             json.dumps({"model": "m", "backend": "vllm", "devices_per_replica": 1}), strict=True
         )
+
+
+@pytest.mark.parametrize(
+    ("device_id", "stand_in"),
+    [
+        ("gpu-node-1/llama-worker-0/gpu0", True),
+        ("ip-10-0-0-1.ec2.internal/llama.worker-0/gpu15", True),
+        ("GPU-8f6c2a4e-1b2d-4c3e-9f0a-123456789abc", False),
+        ("MIG-GPU-8f6c2a4e-1b2d-4c3e-9f0a-123456789abc/1/0", False),
+        ("MIG-8f6c2a4e-1b2d-4c3e-9f0a-123456789abc", False),
+        ("node/pod/gpu", False),
+        ("node/pod/gpu01", False),
+        ("a/b/c/gpu0", False),
+    ],
+)
+def test_a_stand_in_is_told_from_a_devices_own_id(device_id: str, stand_in: bool) -> None:
+    assert is_stand_in(device_id) is stand_in
+
+
+def test_a_replica_holds_stand_ins_when_any_of_its_devices_is_one() -> None:
+    uuid = "GPU-8f6c2a4e-1b2d-4c3e-9f0a-123456789abc"
+    assert holds_stand_ins(["n1/pod-0/gpu0", "n1/pod-0/gpu1"])
+    assert holds_stand_ins([uuid, "n1/pod-0/gpu1"])
+    assert not holds_stand_ins([uuid, "MIG-GPU-8f6c2a4e/1/0"])
+    assert not holds_stand_ins([])
+
+
+def test_the_stand_in_the_operator_makes_is_one() -> None:
+    made = stand_in_device_id("gpu-node-1", "llama-worker-0", 3)
+    assert made == "gpu-node-1/llama-worker-0/gpu3"
+    assert is_stand_in(made)

@@ -18,7 +18,7 @@ from wingsmith.domain.deployment import (
 )
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
-from wingsmith.domain.values import ServingConfig
+from wingsmith.domain.values import ServingConfig, stand_in_device_id
 from wingsmith.domain.workload import Workload
 
 PLANE = Cause(command_id="c", correlation_id="c", at=datetime(2026, 11, 29, tzinfo=UTC))
@@ -43,9 +43,16 @@ class Fleet:
         self.replicas: dict[str, Replica] = {}
         self.clusters: dict[str, Cluster] = {}
         self.next_device = 0
+        # cluster -> node -> its fields; a node of 16 of each class is reported, a spare of 8
+        # (`-b`) only once added
+        self.nodes: dict[str, dict[str, dict[str, Any]]] = {}
+        self.spares: dict[str, dict[str, dict[str, Any]]] = {}
+        self.domains: dict[str, str | None] = {}
         for name in CLUSTERS:
             cluster = Cluster.register(PLANE, name, None, {})
             self.clusters[name] = cluster
+            self.nodes[name] = {node_id(name, dc): _node(dc, 16) for dc in CLASSES}
+            self.spares[name] = {node_id(name, dc, spare=True): _node(dc, 8) for dc in CLASSES}
             self.regroup(name, f"{name}-nvl")
         project = Project.register(PLANE, "p")
         for dc in CLASSES:
@@ -130,14 +137,32 @@ class Fleet:
 
     def regroup(self, cluster: str, domain: str | None) -> None:
         """Report the cluster's inventory with its nodes in another topology domain."""
+        self.domains[cluster] = domain
+        self._report(cluster)
+
+    def node(self, cluster: str, dc: str, spare: bool, change: str, held: int) -> None:
+        """A node of the cluster is cordoned (or not Ready), made schedulable again, has
+        `held` of its devices taken by pods Wingsmith does not manage, is lost from the
+        inventory, or is added (back) to it fresh."""
+        name = node_id(cluster, dc, spare=spare)
+        nodes, spares = self.nodes[cluster], self.spares[cluster]
+        if change == "lose" and name in nodes:
+            spares[name] = nodes.pop(name)
+        elif change == "add" and name in spares:
+            nodes[name] = _node(dc, spares.pop(name)["devices"])
+        elif name in nodes:
+            fields = nodes[name]
+            if change in ("cordon", "uncordon"):
+                fields["unschedulable"] = change == "cordon"
+            elif change == "outside":
+                fields["held_outside"] = min(held, fields["devices"])
+        self._report(cluster)
+
+    def _report(self, cluster: str) -> None:
+        domain = self.domains[cluster]
         nodes = tuple(
-            Node(
-                node_id=f"{cluster}-{dc.lower()}",
-                device_class=dc,
-                devices=16,
-                topology_domain=domain,
-            )
-            for dc in CLASSES
+            Node(node_id=name, topology_domain=domain, **fields)
+            for name, fields in self.nodes[cluster].items()
         )
         self.clusters[cluster].report_inventory(CLUSTER, nodes)
         self._keep(self.clusters[cluster])
@@ -182,15 +207,21 @@ class Fleet:
         d.enable(PLANE) if on else d.disable(PLANE)
         self._keep(d)
 
-    def start(self, i: int) -> None:
+    def start(self, i: int, spare: bool = False, stand_ins: bool = False) -> None:
+        """A replica of a deployment starts on its class's node (or the spare one), holding
+        devices the cluster named, or the operator's stand-ins for them."""
         d = self._deployment(i)
-        devices = tuple(f"GPU-{self.next_device + k}" for k in range(d.serving.devices_per_replica))
+        pod, node = f"pod-{len(self.replicas)}", node_id(d.cluster_id, d.device_class, spare)
+        devices = tuple(
+            stand_in_device_id(node, pod, k) if stand_ins else f"GPU-{self.next_device + k}"
+            for k in range(d.serving.devices_per_replica)
+        )
         self.next_device += len(devices)
         r = Replica.start(
             CLUSTER,
             deployment_id=d.key,
-            name=f"pod-{len(self.replicas)}",
-            node_id=f"{d.cluster_id}-{d.device_class.lower()}",
+            name=pod,
+            node_id=node,
             device_ids=devices,
             serving_digest=d.serving_digest,
             engine_version="1.0",
@@ -214,6 +245,14 @@ class Fleet:
         r = self._replica(i)
         r.terminate(CLUSTER)
         self._keep(r)
+
+
+def node_id(cluster: str, dc: str, spare: bool = False) -> str:
+    return f"{cluster}-{dc.lower()}" + ("-b" if spare else "")
+
+
+def _node(dc: str, devices: int) -> dict[str, Any]:
+    return {"device_class": dc, "devices": devices, "unschedulable": False, "held_outside": 0}
 
 
 def envelope(event: Event, position: int) -> dict[str, Any]:
@@ -245,10 +284,18 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("fail"), i),
     st.tuples(st.just("scale"), i, st.integers(0, 6)),
     st.tuples(st.just("toggle"), i, st.booleans()),
-    st.tuples(st.just("start"), i),
+    st.tuples(st.just("start"), i, st.booleans(), st.booleans()),
     st.tuples(st.just("ready"), i, st.booleans()),
     st.tuples(st.just("terminate"), i),
     st.tuples(st.just("regroup"), st.sampled_from(CLUSTERS), st.sampled_from(["a", "b", None])),
+    st.tuples(
+        st.just("node"),
+        st.sampled_from(CLUSTERS),
+        st.sampled_from(CLASSES),
+        st.booleans(),
+        st.sampled_from(["cordon", "uncordon", "outside", "lose", "add"]),
+        st.integers(0, 16),
+    ),
     st.tuples(st.just("rescale"), i, st.integers(0, 6)),
     st.tuples(st.just("defer"), i, st.sampled_from(["no room", "no cluster"])),
     st.tuples(st.just("delete"), i),

@@ -38,6 +38,8 @@ def test_an_admitted_deployment_reserves_then_allocates() -> None:
         "cluster_id": "east",
         "device_class": "H100",
         "total": 16,
+        "unschedulable": 0,
+        "held_outside": 0,
         "allocated": 0,
         "reserved": 0,
         "free": 16,
@@ -67,6 +69,8 @@ def test_quota_use_follows_live_allocations() -> None:
         "device_class": "H100",
         "quota": 24,
         "used": 8,
+        "allocated": 8,
+        "reserved": 0,
         "available": 16,
     }
 

@@ -23,6 +23,7 @@ from .test_properties import fold
 DOCUMENTS: dict[str, Any] = {
     v.WORKLOAD_PHASE.name: v.WorkloadPhaseView,
     v.CAPACITY.name: v.CapacityRow,
+    v.CAPACITY_NODES.name: v.NodeCapacityView,
     v.QUOTA_USE.name: v.QuotaUseRow,
     v.DEPLOYMENT_HEALTH.name: v.DeploymentHealthView,
     v.DISCOVERED.name: v.DiscoveredView,

@@ -128,6 +128,23 @@ def test_resources_join_the_views() -> None:
     assert len(r.discovered(VIEWS, include_ignored=True)) == 3
 
 
+def test_a_clusters_nodes_are_listed_by_class_and_name() -> None:
+    def at(cluster: str, device_class: str, node: str) -> dict[str, Any]:
+        return {"cluster_id": cluster, "device_class": device_class, "node_id": node}
+
+    nodes = [at("east", "H100", "n2"), at("east", "A100", "n9"), at("east", "H100", "n1")]
+    views = Views(
+        clusters={"east": {"cluster_id": "east"}},
+        capacity_nodes={f"{n['cluster_id']}.{n['device_class']}.{n['node_id']}": n for n in nodes}
+        | {"west.H100.n1": at("west", "H100", "n1")},
+    )
+    assert [n["node_id"] for n in r.nodes(views, "east")] == ["n9", "n1", "n2"]
+    assert [n["node_id"] for n in r.nodes(views, "east", device_class="H100")] == ["n1", "n2"]
+    with pytest.raises(Problem) as missing:
+        r.nodes(views, "west")  # its nodes' views, but no such cluster
+    assert (missing.value.status, missing.value.field) == (404, "ref")
+
+
 TOKENS = Tokens(writers={"w" * 20: "alice"}, readers={"r" * 20: "dashboard"})
 
 

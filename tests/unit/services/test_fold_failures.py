@@ -39,7 +39,12 @@ def test_a_failing_handler_is_reported_and_the_rest_fold_on() -> None:
         failures += live.take_failures()
 
     assert live.position == 3
-    assert {name for name, _ in failures} == {"allocations", "capacity", "quota_use"}
+    assert {name for name, _ in failures} == {
+        "allocations",
+        "capacity",
+        "capacity_nodes",
+        "quota_use",
+    }
     assert all(reason.startswith("TypeError") for _, reason in failures)
     [quota] = [p for p in live.projections if p.name == "quota_use"]
     assert quota.views["p.H100"]["quota"] == 8  # what came after still folds
