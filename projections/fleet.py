@@ -290,17 +290,21 @@ class _Holdings(_Allocations[HeldRow]):
 
 
 NodeEntry = tuple[str, int, bool, int]  # a reported node: class, devices, unschedulable, outside
-_NODE_ENTRY = itemgetter("device_class", "devices", "unschedulable", "held_outside")
 
 
 def _node_entries(nodes: Iterable[Mapping[str, Any]]) -> dict[str, NodeEntry]:
-    """What a node's capacity view keeps of each reported node, by name."""
-    try:
-        return {node["node_id"]: _NODE_ENTRY(node) for node in nodes}
-    except KeyError:  # reported before nodes said what is unschedulable or held outside
-        return {
-            node["node_id"]: (node["device_class"], node["devices"], False, 0) for node in nodes
-        }
+    """What a node's capacity view keeps of each reported node, by name. A node leaves out
+    `unschedulable` and `held_outside` while they say nothing (domain/cluster.py), as every
+    node did before they were added."""
+    return {
+        node["node_id"]: (
+            node["device_class"],
+            node["devices"],
+            node.get("unschedulable", False),
+            node.get("held_outside", 0),
+        )
+        for node in nodes
+    }
 
 
 class InventorySums(NamedTuple):

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +272,24 @@ def workload(name: str, replicas: int, devices: int) -> dict[str, Any]:
     }
 
 
+async def until_view(
+    client: Client, projection: str, key: str, holds: Callable[[dict[str, Any]], bool]
+) -> None:
+    """Wait until a view, as its KV bucket holds it, has the key and `holds` of it (views are
+    published after the events they fold: a moment later)."""
+    seen: list[Any] = []
+
+    async def held() -> bool:
+        entry = (await nats_bus.latest_views(client, projection)).get(key)
+        seen[:] = [None if entry is None or entry[1] is None else orjson.loads(entry[1])]
+        return seen[0] is not None and holds(seen[0])
+
+    try:
+        await wait_for(held, 30, f"{projection} {key}")
+    except AssertionError:
+        raise AssertionError(f"{projection} {key} never held: {seen}") from None
+
+
 async def admission_of(client: Client, deployment_id: str) -> dict[str, Any] | None:
     views = await nats_bus.latest_views(client, "deployment_health")
     found = views.get(deployment_id)
@@ -339,6 +357,21 @@ async def test_replicas_carry_the_kubelets_uuids_and_outside_pods_take_capacity(
             assert (evidence["capacity"], evidence["held_in_cluster"]) == (7, 2)
             assert (evidence["pod_devices"], evidence["nodes_fitting"]) == (4, 0)
             assert evidence["largest_node_free"] == 3
+            # the capacity views say the same: 9 of 16 held outside, 2 by llama, 5 free
+            fields = ("total", "held_outside", "allocated", "free")
+            await until_view(
+                client,
+                "capacity",
+                f"east.{H100}",
+                lambda row: [row[k] for k in fields] == [16, 9, 2, 5],
+            )
+            await until_view(
+                client,
+                "capacity_nodes",
+                f"east.{H100}.gpu-1",
+                lambda n: [n[k] for k in ("held_outside", "allocated", "free")] == [4, 2, 2],
+            )
+            assert not (await replica() or {})["stand_in"]
 
 
 # -- the operator's join, rule by rule (the agent's reports handed over as published) -----------

@@ -73,6 +73,7 @@ from wingsmith.domain.deployment import (
 )
 from wingsmith.domain.discovery import WORKER_ROLES, DiscoveredComponent, Sighting
 from wingsmith.domain.pods import PodNeeds
+from wingsmith.domain.values import stand_in_device_id
 from wingsmith.services.operator.dgd import (
     ANNOTATION_DEPLOYMENT_ID,
     GPU_PRODUCT_LABEL,
@@ -1090,7 +1091,7 @@ def _device_ids(pod: Obj, node: str) -> list[str]:
     annotated = (pod["metadata"].get("annotations") or {}).get(DEVICE_IDS_ANNOTATION)
     if annotated:
         return [d.strip() for d in annotated.split(",") if d.strip()]
-    return [f"{node}/{pod['metadata']['name']}/gpu{i}" for i in range(_gpus(pod))]
+    return [stand_in_device_id(node, pod["metadata"]["name"], i) for i in range(_gpus(pod))]
 
 
 def _requests(pod: Obj) -> set[str]:
