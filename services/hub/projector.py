@@ -190,8 +190,13 @@ class Projector:
         saved = [
             await self._store.run(self.checkpoints.latest, p.name) for p in self.fold.projections
         ]
+        # With no checkpoint at all (a first start, or none taken before a crash) the streams
+        # hold what this fold publishes again: nothing to replace.
+        checkpointed = any(c is not None for c in saved)
         self._stale = [
-            p for p, c in zip(self.fold.projections, saved, strict=True) if not _resumes(p, c)
+            p
+            for p, c in zip(self.fold.projections, saved, strict=True)
+            if checkpointed and not _resumes(p, c)
         ]
         if self._stale or len({c.position for c in saved if c}) != 1:
             return
