@@ -319,15 +319,16 @@ def _sums(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
     """`InventorySums` per device class of an inventory's nodes (lists: they checkpoint as
     they are)."""
     sums: dict[str, list[int]] = {}
-    for device_class, devices, unschedulable, held_outside in _node_entries(nodes).values():
+    for node in nodes:
+        device_class, devices = _CLASS_AND_DEVICES(node)
         counted = sums.get(device_class)
         if counted is None:
             counted = sums[device_class] = [0, 0, 0]
         counted[0] += devices
-        if unschedulable:
+        if node.get("unschedulable"):
             counted[1] += devices
         else:
-            counted[2] += held_outside
+            counted[2] += node.get("held_outside", 0)
     return sums
 
 
