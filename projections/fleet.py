@@ -6,7 +6,7 @@ terminated. Capacity and quota use count as admission does (domain/admission.py)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, cast
 
@@ -110,14 +110,24 @@ def workload_phase(phases: Iterable[str]) -> str:
     return min(phases, key=RANK.__getitem__)
 
 
+def _workload_phase(deployments: Mapping[str, str], idle: Container[str]) -> str:
+    """The workload's phase over the deployments that have a share of its replicas, or over
+    all of them when none has (a workload scaled to zero): one whose share went to 0 when the
+    workload shrank holds nothing back, wherever admission leaves it."""
+    busy = [phase for d, phase in deployments.items() if d not in idle]
+    return workload_phase(busy or deployments.values())
+
+
 class WorkloadPhase(Projection[v.WorkloadPhaseView]):
     """Key: workload id. The workload's phase with each deployment's phase beside it."""
 
     name = v.WORKLOAD_PHASE.name
+    version = 2  # 2: a deployment whose share is 0 holds the workload's phase back no more
 
     def __init__(self) -> None:
         super().__init__()
         self.workload_of: dict[str, str] = {}
+        self.idle: dict[str, None] = {}  # deployments whose share is 0 replicas
 
     def _view(self, workload_id: str) -> v.WorkloadPhaseView:
         view = self.views.get(workload_id)
@@ -137,7 +147,24 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
     @handles(DeploymentCreated)
     def _deployment(self, deployment_id: str, e: E) -> Keys:
         self.workload_of[deployment_id] = e["workload_id"]
+        self._share(deployment_id, e["desired_replicas"])
         return self._set(deployment_id, _first_phase(e)[0])
+
+    @handles(DeploymentScaled)
+    def _scaled(self, deployment_id: str, e: E) -> Keys:
+        was = deployment_id in self.idle
+        self._share(deployment_id, e["desired_replicas"])
+        if was == (deployment_id in self.idle) or deployment_id not in self.workload_of:
+            return ()
+        view = self._view(self.workload_of[deployment_id])
+        view["phase"] = _workload_phase(view["deployments"], self.idle)
+        return (view["workload_id"],)
+
+    def _share(self, deployment_id: str, replicas: int) -> None:
+        if replicas:
+            self.idle.pop(deployment_id, None)
+        else:
+            self.idle[deployment_id] = None
 
     @handles(AdmissionDecided)
     def _decided(self, deployment_id: str, e: E) -> Keys:
@@ -164,13 +191,14 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
         view = self.views.pop(workload_id, None)
         for deployment_id in view["deployments"] if view else ():
             self.workload_of.pop(deployment_id, None)
+            self.idle.pop(deployment_id, None)
         return (workload_id,)
 
     def _set(self, deployment_id: str, phase: str) -> Keys:
         workload_id = self.workload_of[deployment_id]  # a deleted deployment's phase never moves
         view = self._view(workload_id)
         view["deployments"][deployment_id] = phase
-        view["phase"] = workload_phase(view["deployments"].values())
+        view["phase"] = _workload_phase(view["deployments"], self.idle)
         return (workload_id,)
 
 

@@ -214,3 +214,32 @@ def test_a_deployment_view_counts_generations() -> None:
     deployment.change_serving_config(PLANE, serving(deployment.serving.devices_per_replica * 2))
     fleet._keep(deployment)
     assert fold(DeploymentHealth, fleet.envelopes).views["w1--east"]["generation"] == 2
+
+
+def test_a_deployment_whose_share_is_zero_holds_the_workload_phase_back_no_more() -> None:
+    """w runs on east; west's share went to 0 when w shrank and admission left it `placed`:
+    w runs. Grown onto west again, west's phase counts again; scaled to zero everywhere, all
+    do."""
+    fold = Fold([WorkloadPhase()])
+    events = iter(range(1, 100))
+
+    def event(event_type: str, aggregate_id: str, **body: object) -> None:
+        fold.apply(next(events), event_type, aggregate_id, body)
+
+    def phase() -> str:
+        return str(fold.projections[0].views["w"]["phase"])
+
+    event("WorkloadCreated", "w")
+    for cluster in ("east", "west"):
+        created = {"workload_id": "w", "desired_replicas": 1, "authority": "managed"}
+        event("DeploymentCreated", f"w--{cluster}", **created)
+        event("DeploymentPlaced", f"w--{cluster}")
+    event("DeploymentRunning", "w--east")
+    assert phase() == "placed"
+    event("DeploymentScaled", "w--west", desired_replicas=0)
+    assert phase() == "running"
+    event("DeploymentScaled", "w--west", desired_replicas=2)
+    assert phase() == "placed"
+    event("DeploymentScaled", "w--west", desired_replicas=0)
+    event("DeploymentScaled", "w--east", desired_replicas=0)
+    assert phase() == "placed"  # nothing has a share: every deployment counts
