@@ -625,6 +625,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     unreachable a deployment keeps its last status, flagged `stale`."""
 
     name = v.DEPLOYMENT_HEALTH.name
+    version = 2  # 2: the last decision's evidence stays in every phase after it
 
     def __init__(self) -> None:
         super().__init__()
@@ -691,25 +692,33 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(DeploymentPlaced)
     def _placed(self, deployment_id: str, e: E) -> Keys:
-        return self._set(
-            deployment_id, "admission", self._admission(AdmissionPhase.PLACED, None, e)
-        )
+        return self._moved(deployment_id, AdmissionPhase.PLACED, None, e)
 
     @handles(DeploymentRunning)
     def _running(self, deployment_id: str, e: E) -> Keys:
-        return self._set(
-            deployment_id, "admission", self._admission(AdmissionPhase.RUNNING, None, e)
-        )
+        return self._moved(deployment_id, AdmissionPhase.RUNNING, None, e)
 
     @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
-        admission = self._admission(AdmissionPhase.FAILED, e["reason"], e, message=e["message"])
-        return self._set(deployment_id, "admission", admission)
+        return self._moved(deployment_id, AdmissionPhase.FAILED, e["reason"], e, e["message"])
 
     @handles(FailureCleared)
     def _cleared(self, deployment_id: str, e: E) -> Keys:
-        admission = self._admission(AdmissionPhase.PENDING, AdmissionReason.AWAITING_ADMISSION, e)
-        return self._set(deployment_id, "admission", admission)
+        return self._moved(
+            deployment_id, AdmissionPhase.PENDING, AdmissionReason.AWAITING_ADMISSION, e
+        )
+
+    def _moved(
+        self, deployment_id: str, phase: str, reason: str | None, e: E, message: str | None = None
+    ) -> Keys:
+        """A phase the cluster moved the deployment to: the evidence of the last admission
+        decision stays beside it (why it was granted what it holds, or why it waits)."""
+        details: AdmissionDetails = {}
+        if (evidence := self.views[deployment_id]["admission"].get("evidence")) is not None:
+            details["evidence"] = evidence
+        if message is not None:
+            details["message"] = message
+        return self._set(deployment_id, "admission", self._admission(phase, reason, e, **details))
 
     @handles(DeploymentDeleted)
     def _deleted(self, deployment_id: str, e: E) -> Keys:

@@ -81,8 +81,9 @@ class QuotaUseRow(TypedDict):
 
 
 class Admission(TypedDict):
-    """Where admission has a deployment, why, and since when; `evidence` (the numbers it
-    decided on) after a decision, `message` after a failure."""
+    """Where admission has a deployment, why, and since when; `evidence`: the numbers its last
+    decision was made on, in that phase and every phase the cluster moves it to after (placed,
+    running, failed); `message` after a failure."""
 
     phase: str
     reason: str | None

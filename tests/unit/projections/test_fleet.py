@@ -243,3 +243,39 @@ def test_a_deployment_whose_share_is_zero_holds_the_workload_phase_back_no_more(
     event("DeploymentScaled", "w--west", desired_replicas=0)
     event("DeploymentScaled", "w--east", desired_replicas=0)
     assert phase() == "placed"  # nothing has a share: every deployment counts
+
+
+def test_the_last_admission_decisions_evidence_stays_in_every_phase_after_it() -> None:
+    fold = Fold([DeploymentHealth()])
+    positions = iter(range(1, 100))
+    at = "2026-12-04T10:00:00+00:00"
+
+    def event(event_type: str, **body: object) -> dict[str, object]:
+        fold.apply(next(positions), event_type, "w--east", body | {"timestamp": at})
+        admission: dict[str, object] = fold.projections[0].views["w--east"]["admission"]
+        return admission
+
+    created = {
+        "workload_id": "w",
+        "cluster_id": "east",
+        "desired_replicas": 2,
+        "authority": "managed",
+        "serving_digest": "d1",
+        "engine_args": [],
+        "imported_args": None,
+    }
+    assert "evidence" not in event("DeploymentCreated", **created)
+    evidence = {"wanted": 8, "capacity": 16, "held_in_cluster": 0, "quota": 8}
+    decided = {"phase": "admitted", "reason": None, "evidence": evidence, "devices": 8}
+    assert event("AdmissionDecided", **decided)["evidence"] == evidence
+    assert event("DeploymentPlaced") == {"phase": "placed", "reason": None, "since": at} | {
+        "evidence": evidence
+    }
+    assert event("DeploymentRunning")["evidence"] == evidence
+    failed = event("DeploymentFailed", reason="Rejected", message="denied by webhook")
+    assert (failed["phase"], failed["message"], failed["evidence"]) == (
+        "failed",
+        "denied by webhook",
+        evidence,
+    )
+    assert event("FailureCleared")["evidence"] == evidence
