@@ -116,9 +116,8 @@ def is_stand_in(device_id: str) -> bool:
 
 
 def holds_stand_ins(device_ids: Iterable[str]) -> bool:
-    """Whether any of a replica's devices is a stand-in (cheap for real ids: a projection asks
-    it of every replica started)."""
-    return any(_STAND_IN.fullmatch(d) for d in device_ids if "/gpu" in d)
+    """Whether any of a replica's devices is a stand-in."""
+    return any(map(is_stand_in, device_ids))
 
 
 # What a node can hold: 8 GPUs on most servers, 16 on the densest; split into MIG instances

@@ -6,6 +6,7 @@ terminated. Capacity and quota use count as admission does (domain/admission.py)
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Container, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, cast
@@ -256,7 +257,7 @@ class _Allocations(Projection[Row]):
         return ()
 
 
-class _Holdings(_Allocations[HeldRow]):
+class _Holdings(_Allocations[HeldRow], abc.ABC):
     """What each deployment holds, as admission counts it (domain/admission.py `Slot.held`):
     its grant, or what its live replicas hold when that is more. Split into `allocated` (its
     live replicas) and `reserved` (the rest of its grant), and counted in the deployment's row
@@ -307,10 +308,10 @@ class _Holdings(_Allocations[HeldRow]):
         d["reserved"] = reserved
         return self._move(d, moved, 0)
 
+    @abc.abstractmethod
     def _move(self, d: dict[str, Any], reserved: int, allocated: int) -> Keys:
         """Add to the deployment's row (`d["row"]`, made if it is new) what it now reserves
         and allocates more, and take it from what the row has left."""
-        raise NotImplementedError
 
     def _unmoved(self, d: dict[str, Any]) -> Keys:
         """A change that moved none of the deployment's counts."""

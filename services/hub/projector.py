@@ -164,18 +164,20 @@ class Projector:
         position, stale = self.fold.position, []
         for projection in self._stale:
             published = self._sink.published(projection.name)
-            if published and position < published:
-                stale.append(projection)
+            if not published:
+                continue  # nothing to replace
+            if position < published:
+                stale.append(projection)  # not there yet
                 continue
-            for key, view in list(projection.views.items()) if published else ():
+            again = projection.version
+            for key, view in list(projection.views.items()):
                 try:
-                    payload, again = orjson.dumps(view), projection.version
+                    payload = orjson.dumps(view)
                     await self._sink.change(projection.name, key, payload, position, again=again)
                     await self._sink.latest(projection.name, key, payload, position, again=again)
                 except (TypeError, Unpublishable) as e:
                     log.warning("projector: %s %r not republished: %s", projection.name, key, e)
-            if published:
-                log.info("projector: %s republished at %d", projection.name, position)
+            log.info("projector: %s republished at %d", projection.name, position)
         await self._sink.flush()
         self._stale = stale
 

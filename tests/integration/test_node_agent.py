@@ -411,6 +411,7 @@ async def joined(client: Client, **options: Any) -> AsyncIterator[Cluster]:
     """An operator for east with node gpu-1 (8 GPUs) and llama's render object."""
     async with operator(client, **options) as cluster:
         await cluster_create(cluster.emulator, "node", node("gpu-1", product=H100, gpus=8))
+        await cluster.until_reported("inventory", lambda r: r["nodes"], "the node")
         await cluster.render(desired(replicas=1))
         await cluster.until_dgd(lambda d: d is not None, "the DGD")
         yield cluster
@@ -470,11 +471,14 @@ async def test_a_report_that_does_not_hold_is_refused_and_changes_nothing(
         await backend.take_node_devices(orjson.dumps(twice))
         other = orjson.loads(agent_report({})) | {"cluster_id": "west"}
         await backend.take_node_devices(orjson.dumps(other))
-        assert backend._agent("gpu-1") is None
+        invented = orjson.loads(agent_report({})) | {"node_id": "gpu-99"}
+        await backend.take_node_devices(orjson.dumps(invented))
+        assert backend._agent("gpu-1") is None and backend._agent("gpu-99") is None
         refusals = [r.getMessage() for r in caplog.records if "node agent" in r.getMessage()]
-        assert len(refusals) == 3, refusals
+        assert len(refusals) == 4, refusals
         assert f"pods: '{UUIDS[0]}' is listed more than once" in refusals[1]
         assert "for cluster 'west'" in refusals[2]
+        assert "for node 'gpu-99', which the cluster lacks" in refusals[3]
 
 
 async def test_pods_wingsmith_does_not_manage_hold_devices_outside_it(client: Client) -> None:

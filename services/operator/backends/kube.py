@@ -838,6 +838,9 @@ class KubeBackend:
             log.warning("a node agent reported for cluster %r: refused", report.cluster_id)
             return
         node = report.node_id
+        if ("", node) not in self._cache["node"]:  # nothing is kept for a node not listed
+            log.warning("a node agent reported for node %r, which the cluster lacks", node)
+            return
         before = self._agent(node)
         self._agents[node] = (report, time.monotonic())
         if report == before:
