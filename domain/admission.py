@@ -40,6 +40,8 @@ from wingsmith.domain.cluster import (
     OperatorConnected,
 )
 from wingsmith.domain.deployment import (
+    HOLDS,
+    PARTIAL,
     AdmissionDecided,
     AdmissionPhase,
     AdmissionReason,
@@ -77,7 +79,6 @@ from wingsmith.domain.workload import (
     WorkloadServingConfigChanged,
 )
 
-HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
 WAITING_FOR_PREVIOUS = AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
 
 Key = tuple[str, str]  # (cluster or project, device class)
@@ -222,6 +223,7 @@ class Ledger:
     largest: dict[Key, int] = field(default_factory=dict)
     on_node: dict[Key, int] = field(default_factory=dict)
     members: dict[Key, dict[str, None]] = field(default_factory=dict)
+    in_project: dict[Key, dict[str, None]] = field(default_factory=dict)  # the same per project
     changes: dict[Key, int] = field(default_factory=dict)
     short_in: dict[Key, set[str]] = field(default_factory=dict)  # last refused for the nodes
     node_room: dict[Key, tuple[int, list[int]]] = field(default_factory=dict)
@@ -266,7 +268,20 @@ class Ledger:
         woken = self._heads(self.waiting_for, key, QUOTA)
         if shrank:  # some waiting for capacity may now never fit: no longer ahead of anyone
             woken += self._behind_the_unfit(self.waiting_for, key, CAPACITY)
+        woken += self._to_report(self.in_project.get(key, {}), shrank)
         return self.oldest_first(woken)
+
+    def _to_report(self, deployment_ids: Iterable[str], shrank: bool) -> list[str]:
+        """When a quota or a cluster's devices change, those granted in part say so again, and,
+        when it shrank, so does everything that holds devices: what no longer fits is
+        reported (it keeps running)."""
+        return [
+            deployment_id
+            for deployment_id in deployment_ids
+            if (slot := self.deployments[deployment_id]).managed
+            and slot.phase in HOLDS
+            and ((shrank and slot.held) or slot.reason in PARTIAL)
+        ]
 
     @handles(ClusterRegistered)
     def _cluster_registered(self, cluster: str, e: E) -> list[str]:
@@ -309,7 +324,8 @@ class Ledger:
         woken: list[str] = []
         for device_class in classes:
             key = (cluster, device_class)
-            shrank = totals.get(device_class, 0) < self.total.get(key, 0)
+            before = self.total.get(key, 0)
+            shrank = totals.get(device_class, 0) < before
             self.total[key] = totals.get(device_class, 0)
             reshaped = self._set_nodes(
                 key, sorted(nodes.get(device_class, ())), largest.get(device_class, 0)
@@ -318,6 +334,8 @@ class Ledger:
             woken += self._heads(self.waiting_in, key, CAPACITY)
             if shrank or reshaped:  # some waiting for quota may now never fit: no longer
                 woken += self._behind_the_unfit(self.waiting_in, key, QUOTA)  # ahead of anyone
+            if self.total[key] != before:
+                woken += self._to_report(self.members.get(key, {}), shrank)
         self.inventory_position[cluster] = self.position
         self._place_again(totals)
         return self.oldest_first(woken)
@@ -451,11 +469,17 @@ class Ledger:
 
     @handles(DeploymentPlaced)
     def _deployment_placed(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, AdmissionPhase.PLACED, None)
+        return self._serve(deployment_id, AdmissionPhase.PLACED)
 
     @handles(DeploymentRunning)
     def _deployment_running(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, AdmissionPhase.RUNNING, None)
+        return self._serve(deployment_id, AdmissionPhase.RUNNING)
+
+    def _serve(self, deployment_id: str, phase: str) -> list[str]:
+        """The cluster moved it on: what part of it waits for (granted in part) still waits."""
+        slot = self.deployments.get(deployment_id)
+        reason = slot.reason if slot is not None and slot.phase in HOLDS else None
+        return self._set_phase(deployment_id, phase, reason)
 
     @handles(DeploymentFailed)
     def _deployment_failed(self, deployment_id: str, e: E) -> list[str]:
@@ -533,13 +557,40 @@ class Ledger:
             return seen | short
 
         if fits and not short:
-            return self._decision(deployment_id, slot, wanted, None, evidence)
-        if slot.rolling and slot.granted:  # the new generation starts inside the old's grant
-            return self._decision(deployment_id, slot, slot.granted, WAITING_FOR_PREVIOUS, evidence)
-        if slot.phase in HOLDS:  # it serves: growing waits, what it holds stays
-            return None
-        reason = QUOTA if wanted > quota - others_in_project else CAPACITY
-        return self._decision(deployment_id, slot, 0, reason, evidence)
+            devices, reason = wanted, None
+        elif slot.rolling and slot.granted:  # the new generation starts inside the old's grant
+            devices, reason = slot.granted, WAITING_FOR_PREVIOUS
+        else:  # the whole replicas that fit are granted, what it holds kept; the rest waits
+            reason = QUOTA if wanted > quota - others_in_project else CAPACITY
+            room = min(capacity - others_in_cluster, quota - others_in_project)
+            devices = max(self._grantable(deployment_id, slot, room), min(slot.granted, wanted))
+        return self._decision(
+            deployment_id,
+            slot,
+            devices,
+            reason,
+            lambda: evidence() | {"granted": devices, "waiting": max(wanted - devices, 0)},
+        )
+
+    def _grantable(self, deployment_id: str, slot: Slot, room: int) -> int:
+        """The most whole replicas that fit `room` devices and the nodes, as devices (with what
+        a previous generation holds); 0 when not one does."""
+        fits_sums = (room - slot.previous) // slot.per_replica if slot.per_replica else 0
+        most = min(slot.desired, fits_sums)
+        if most <= 0:
+            return 0
+
+        def fits(replicas: int) -> bool:
+            grant = slot.previous + replicas * slot.per_replica
+            return not self._short_on_nodes(deployment_id, slot, grant, True)
+
+        if not fits(1):
+            return 0
+        low, high = 1, most  # fits(low); fewer pods fit wherever more do
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle - 1)
+        return slot.previous + low * slot.per_replica
 
     def record(self, decision: Decision) -> list[str]:
         """Apply a decision as soon as it is made, before its event comes back: the next
@@ -562,11 +613,12 @@ class Ledger:
         an older one waits for capacity in its cluster, or for quota in its project, waits
         behind it. One that a later decision of the call concerns again (devices released
         where it waits) is decided again, and that decision replaces its earlier one, which
-        moved no devices (so nothing decided in between counts on it), and comes after what
-        it counts on. A deployment out of failure keeps its `awaiting_admission` decision
-        before its next one. With `on_error`, a deployment whose decision raises is reported
-        there and the others are decided; the decisions recorded so far are kept. Those in
-        `skip` are left as they are (their decisions were refused)."""
+        released no devices (so nothing decided in between counts on it: what it took, those
+        decided in between counted as taken), and comes after what it counts on. A deployment
+        out of failure keeps its `awaiting_admission` decision before its next one. With
+        `on_error`, a deployment whose decision raises is reported there and the others are
+        decided; the decisions recorded so far are kept. Those in `skip` are left as they are
+        (their decisions were refused)."""
         decisions: list[Decision | None] = []  # None: replaced by a later one
         replaceable: dict[str, tuple[int, Standing]] = {}  # where its decision is, and from
         queue = dict.fromkeys(deployment_ids)
@@ -598,9 +650,20 @@ class Ledger:
             if slot.phase in HOLDS and slot.wanted > slot.granted:
                 self._wait(deployment_id, slot)  # to grow when there is room
             return None, []
-        if decision.devices > slot.held and self._behind_a_blocker(slot, deployment_id):
-            self._wait(deployment_id, slot)  # its turn comes after the older one's
-            return None, []
+        behind = (
+            self._behind_a_blocker(slot, deployment_id) if decision.devices > slot.held else None
+        )
+        if behind is not None:  # its turn comes after the older one's: it keeps what it
+            self._wait(deployment_id, slot)  # holds, and says what it waits for, and where
+            (blocker, place), kept = behind, min(slot.granted, slot.wanted)
+            evidence = decision.evidence | {
+                "granted": kept,
+                "waiting": slot.wanted - kept,
+                "queue_position": place,
+            }
+            decision = self._decision(deployment_id, slot, kept, blocker, lambda: evidence)
+            if decision is None:
+                return None, []
         stood = Standing(slot.phase, slot.reason, slot.granted, slot.rolling)
         released = self.record(decision)
         if decision.reason == AdmissionReason.AWAITING_ADMISSION:  # out of failure: decide again
@@ -615,7 +678,7 @@ class Ledger:
         replaceable: dict[str, tuple[int, Standing]],
     ) -> None:
         """Add a decision to the call's, in place of the deployment's earlier one if that
-        moved no devices: it is then made from where the deployment stood before that one."""
+        released no devices: it is then made from where the deployment stood before that one."""
         earlier = replaceable.pop(decision.deployment_id, None)
         if earlier is not None:
             index, stood = earlier
@@ -624,7 +687,7 @@ class Ledger:
             if once is None:  # it stands where it stood: nothing to send
                 return
             decision = once
-        if decision.reason != "awaiting_admission" and decision.devices == stood.granted:
+        if decision.reason != "awaiting_admission" and decision.devices >= stood.granted:
             replaceable[decision.deployment_id] = (len(decisions), stood)
         decisions.append(decision)
 
@@ -641,22 +704,27 @@ class Ledger:
         slot.phase = once.phase
         return replace(decision, phase=once.phase)
 
-    def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> bool:
+    def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> tuple[str, int] | None:
+        """What an older deployment ahead of this one waits for, if one does, and this one's
+        place in that queue (1: its head)."""
         for queues, key, reason in (
             (self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
             (self.waiting_for, (slot.project, slot.device_class), QUOTA),
         ):
-            if deployment_id not in queues.get(key, {}):  # newer than all who wait there
+            queue = queues.get(key, {})
+            if deployment_id not in queue:  # newer than all who wait there
                 heads = self._heads(queues, key, reason)
                 if heads and self._blocks(self.deployments[heads[-1]], reason):
-                    return True
+                    return reason, len(queue) + 1
                 continue
-            for other in queues[key]:
+            blocked = False
+            for place, other in enumerate(queue, 1):
                 if other == deployment_id:
+                    if blocked:
+                        return reason, place
                     break
-                if self._blocks(self.deployments[other], reason):
-                    return True
-        return False
+                blocked = blocked or self._blocks(self.deployments[other], reason)
+        return None
 
     def _heads(self, queues: dict[Key, dict[str, None]], key: Key, reason: str) -> list[str]:
         """Who may move when what a queue waits for grows: the deployments up to and including
@@ -705,9 +773,10 @@ class Ledger:
         reason: str | None,
         evidence: Callable[[], dict[str, int]],
     ) -> Decision | None:
-        """Admitted when there is no reason to wait; None when nothing would change. A placed
-        or running deployment that is admitted again keeps its phase: only its grant moves."""
-        admitted = reason is None
+        """Admitted when there is no reason to wait, or when part of what it wants is granted
+        and the rest waits for quota or capacity; None when nothing would change. A placed or
+        running deployment that is admitted again keeps its phase: only its grant moves."""
+        admitted = reason is None or (devices > 0 and reason in PARTIAL)
         phase: str = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         if admitted and slot.phase in HOLDS:
             phase = slot.phase
@@ -726,7 +795,8 @@ class Ledger:
     def _behind(self, slot: Slot) -> list[str]:
         """The heads of the queues this deployment waits in: what it wants changed, so it may
         no longer hold them back."""
-        return self._heads_of(slot) if slot.phase == AdmissionPhase.PENDING else []
+        waits = slot.phase == AdmissionPhase.PENDING or slot.reason in PARTIAL
+        return self._heads_of(slot) if waits else []
 
     def _heads_of(self, slot: Slot) -> list[str]:
         """The heads of both queues a deployment waits in (or waited in)."""
@@ -744,8 +814,8 @@ class Ledger:
         fields: dict[str, Any] = {"phase": phase, "reason": reason}
         if granted is not None:
             fields["granted"] = granted
-        if reason is None:
-            fields["rolling"] = False
+        if reason is None or (phase in HOLDS and reason in PARTIAL):
+            fields["rolling"] = False  # the new generation is admitted, in whole or in part
         was = slot.reason
         released = self._update(deployment_id, slot, **fields)
         waits = phase == AdmissionPhase.PENDING and reason != AdmissionReason.DISABLED
@@ -804,6 +874,7 @@ class Ledger:
     def _add(self, deployment_id: str, slot: Slot) -> list[str]:
         self.deployments[deployment_id] = slot
         self.members.setdefault((slot.cluster, slot.device_class), {})[deployment_id] = None
+        self.in_project.setdefault((slot.project, slot.device_class), {})[deployment_id] = None
         self._count_pods(deployment_id, slot)
         self._changed((slot.cluster, slot.device_class))
         self._claim(slot, slot.claim)
@@ -977,11 +1048,12 @@ class Ledger:
     def _leave(self, deployment_id: str, slot: Slot) -> None:
         self._short(deployment_id, slot, False)
         key = (slot.cluster, slot.device_class)
-        members = self.members.get(key)
-        if members is not None:
-            members.pop(deployment_id, None)
-            if not members:
-                del self.members[key]
+        for index, at in ((self.members, key), (self.in_project, (slot.project, key[1]))):
+            members = index.get(at)
+            if members is not None:
+                members.pop(deployment_id, None)
+                if not members:
+                    del index[at]
         self._count_pods(deployment_id, slot)
         self._changed(key)
 

@@ -51,6 +51,12 @@ class AdmissionReason(StrEnum):
     CLUSTER_FAILURE = "cluster_failure"
 
 
+# what the part of a grant that does not fit waits for (the rest is admitted)
+PARTIAL = frozenset({AdmissionReason.INSUFFICIENT_QUOTA, AdmissionReason.INSUFFICIENT_CAPACITY})
+# the phases in which a deployment holds what admission granted it
+HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
+
+
 class Authority(StrEnum):
     MANAGED = "managed"
     OBSERVED = "observed"
@@ -257,14 +263,18 @@ class Deployment(Aggregate):
         evidence: dict[str, int],
         devices: int = 0,
     ) -> None:
-        """Admit with `devices` granted, or leave pending with a reason. Admitting a deployment
-        that is placed or running changes only its grant (it scaled): its phase stays. A new
+        """Admit with `devices` granted, or leave pending with a reason. Admitted with a reason:
+        granted in part, the rest waits for quota or capacity. Admitting a deployment that is
+        placed or running changes only its grant (it scaled): its phase stays. A new
         generation waiting for the previous one keeps the grant the previous one had: the new
         one's replicas start inside it as the old ones release their devices."""
         self._check_plane(cause, "admission")
-        if admitted == (reason is not None):
+        if not admitted and reason is None:
+            raise InvalidValue("a deployment left pending needs a reason", field="reason")
+        if admitted and reason is not None and (reason not in PARTIAL or not devices):
             raise InvalidValue(
-                "a deployment left pending needs a reason, and an admitted one has none",
+                "an admission with a reason grants part of what is wanted: some devices, the "
+                "rest waiting for insufficient_quota or insufficient_capacity",
                 field="reason",
             )
         keeps = reason is AdmissionReason.WAITING_FOR_PREVIOUS_GENERATION
@@ -513,13 +523,15 @@ class AdmissionDecided(Event):
 
 
 class DeploymentPlaced(Event):
+    """It holds devices: what part of it waits for (admitted in part) still waits."""
+
     def apply(self, d: Any) -> None:
-        d.admission_phase, d.admission_reason = AdmissionPhase.PLACED, None
+        d.admission_phase = AdmissionPhase.PLACED
 
 
 class DeploymentRunning(Event):
     def apply(self, d: Any) -> None:
-        d.admission_phase, d.admission_reason = AdmissionPhase.RUNNING, None
+        d.admission_phase = AdmissionPhase.RUNNING
 
 
 class DeploymentFailed(Event):

@@ -22,6 +22,8 @@ from wingsmith.domain.cluster import (
 )
 from wingsmith.domain.contracts import views as v
 from wingsmith.domain.deployment import (
+    HOLDS,
+    PARTIAL,
     AdmissionDecided,
     AdmissionPhase,
     AdmissionReason,
@@ -616,6 +618,8 @@ HealthField = Literal[
     "imported_args",
     "stale",
     "admission",
+    "devices_per_replica",
+    "granted_devices",
 ]
 
 
@@ -626,7 +630,9 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     unreachable a deployment keeps its last status, flagged `stale`."""
 
     name = v.DEPLOYMENT_HEALTH.name
-    version = 2  # 2: the last decision's evidence stays in every phase after it
+    # 2: the last decision's evidence stays in every phase after it; 3: grants, replicas
+    # waiting, and the reason part of a grant waits for, kept while placed and running
+    version = 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -656,6 +662,9 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             "drift": None,
             "stale": e["cluster_id"] in self.unreachable,
             "admission": self._admission(phase, reason, e),
+            "devices_per_replica": e["serving"]["devices_per_replica"],
+            "granted_devices": 0,
+            "waiting_replicas": 0,
         }
         self.on_cluster.setdefault(e["cluster_id"], []).append(deployment_id)
         self._degraded(self.views[deployment_id])
@@ -689,6 +698,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     @handles(AdmissionDecided)
     def _decided(self, deployment_id: str, e: E) -> Keys:
         admission = self._admission(e["phase"], e["reason"], e, evidence=e["evidence"])
+        self._set(deployment_id, "granted_devices", e.get("devices", 0))
         return self._set(deployment_id, "admission", admission)
 
     @handles(DeploymentPlaced)
@@ -701,6 +711,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(DeploymentFailed)
     def _failed(self, deployment_id: str, e: E) -> Keys:
+        self._set(deployment_id, "granted_devices", 0)  # a failure releases the grant
         return self._moved(deployment_id, AdmissionPhase.FAILED, e["reason"], e, e["message"])
 
     @handles(FailureCleared)
@@ -713,9 +724,13 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         self, deployment_id: str, phase: str, reason: str | None, e: E, message: str | None = None
     ) -> Keys:
         """A phase the cluster moved the deployment to: the evidence of the last admission
-        decision stays beside it (why it was granted what it holds, or why it waits)."""
+        decision stays beside it (why it was granted what it holds, or why it waits), and so
+        does the reason the part of a grant not given yet waits for."""
         details: AdmissionDetails = {}
-        if (evidence := self.views[deployment_id]["admission"].get("evidence")) is not None:
+        was = self.views[deployment_id]["admission"]
+        if phase in HOLDS and was["phase"] in HOLDS and was["reason"] in PARTIAL:
+            reason = was["reason"]
+        if (evidence := was.get("evidence")) is not None:
             details["evidence"] = evidence
         if message is not None:
             details["message"] = message
@@ -738,7 +753,20 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             self._degraded(view)
         elif field in DRIFTING:
             self._drift(view)
+        self._waiting(view)
         return (deployment_id,)
+
+    @staticmethod
+    def _waiting(d: v.DeploymentHealthView) -> None:
+        """The replicas admission has not granted yet, of a managed deployment that wants
+        them (not disabled, not failed)."""
+        wants = (
+            d["enabled"]
+            and d["authority"] == Authority.MANAGED
+            and d["admission"]["phase"] != AdmissionPhase.FAILED
+        )
+        granted = d["granted_devices"] // max(d["devices_per_replica"], 1)
+        d["waiting_replicas"] = max(d["desired_replicas"] - granted, 0) if wants else 0
 
     @handles(DeploymentScaled)
     def _scaled(self, deployment_id: str, e: E) -> Keys:
@@ -765,6 +793,7 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
     @handles(ServingConfigChanged)
     def _serving(self, deployment_id: str, e: E) -> Keys:
         self._set(deployment_id, "generation", e["generation"])
+        self._set(deployment_id, "devices_per_replica", e["serving"]["devices_per_replica"])
         return self._set(deployment_id, "serving_digest", e["serving_digest"])
 
     @handles(AuthorityPromoted)

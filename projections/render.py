@@ -30,6 +30,7 @@ from wingsmith.domain.cluster import InventoryReported
 from wingsmith.domain.contracts.render import RenderDocument
 from wingsmith.domain.deployment import (
     AdmissionDecided,
+    AdmissionPhase,
     Authority,
     AuthorityPromoted,
     DeploymentCreated,
@@ -100,7 +101,7 @@ class Render(Projection):
 
     @handles(AdmissionDecided)
     def _admission(self, deployment_id: str, e: E) -> Keys:
-        admitted = e["reason"] is None
+        admitted = e["phase"] != AdmissionPhase.PENDING  # in whole, or in part
         fields: dict[str, Any] = {"granted_devices": e.get("devices", 0), "admitted": admitted}
         if admitted:
             fields["promoting"] = False

@@ -140,6 +140,9 @@ class DeploymentHealthView(TypedDict):
     drift: Drift | None
     stale: bool
     admission: Admission
+    devices_per_replica: int
+    granted_devices: int  # what admission granted it
+    waiting_replicas: int  # replicas it wants that admission has not granted yet
 
 
 class DiscoveredComponent(TypedDict):
@@ -269,6 +272,7 @@ class Placement(TypedDict):
     admission_reason: str | None
     desired_replicas: int | None
     ready_replicas: int | None
+    waiting_replicas: int | None  # not granted by admission yet: `admission_reason` says why
     live_digests: dict[str, int]
 
 

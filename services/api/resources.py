@@ -211,6 +211,7 @@ def _placement(views: Views, key: str) -> v.Placement:
             "admission_reason": None,
             "desired_replicas": None,
             "ready_replicas": None,
+            "waiting_replicas": None,
             "live_digests": {},
         }
     admission = health["admission"]
@@ -221,6 +222,7 @@ def _placement(views: Views, key: str) -> v.Placement:
         "admission_reason": admission["reason"],
         "desired_replicas": health["desired_replicas"],
         "ready_replicas": health["ready_replicas"],
+        "waiting_replicas": health["waiting_replicas"],
         "live_digests": health["live_digests"],
     }
 

@@ -328,6 +328,7 @@ def _deployment_table(found: v.DeploymentList) -> str:
             d["admission_phase"],
             d["admission_reason"],
             f"{d['ready_replicas']}/{d['desired_replicas']}",
+            d["waiting_replicas"],
             d["authority"],
             "yes" if d["enabled"] else "no",
             d["status"]["phase"] if d["status"] else None,
@@ -336,8 +337,8 @@ def _deployment_table(found: v.DeploymentList) -> str:
         )
         for d in found["deployments"]
     ]
-    headers = ("DEPLOYMENT", "CLUSTER", "PHASE", "REASON", "READY", "AUTHORITY", "ENABLED")
-    return table((*headers, "STATUS", "CONDITIONS", "LIVE DIGESTS"), rows)
+    headers = ("DEPLOYMENT", "CLUSTER", "PHASE", "REASON", "READY", "WAITING", "AUTHORITY")
+    return table((*headers, "ENABLED", "STATUS", "CONDITIONS", "LIVE DIGESTS"), rows)
 
 
 _MESSAGE_SHOWN = 80  # of a permanent condition's message, in a table cell

@@ -115,24 +115,25 @@ def verdict(decisions: list[Decision]) -> list[tuple[str, bool, int, str | None]
     return [(d.deployment_id, d.admitted, d.devices, d.reason) for d in decisions]
 
 
-def test_admitted_only_when_quota_and_capacity_both_allow() -> None:
+def test_admitted_only_as_far_as_quota_and_capacity_both_allow() -> None:
     fleet = Fleet()
     fleet.quota("p", 4)
     fleet.inventory("east", 8)
     assert verdict(fleet.deployment("a", 2, per=2)) == [("a", True, 4, None)]
     assert verdict(fleet.deployment("b", 1)) == [("b", False, 0, "insufficient_quota")]
     fleet.quota("q", 16)
-    assert verdict(fleet.deployment("c", 5, project="q")) == [
-        ("c", False, 0, "insufficient_capacity")
+    assert verdict(fleet.deployment("c", 5, project="q")) == [  # 4 of 5 fit: granted, the
+        ("c", True, 4, "insufficient_capacity")  # fifth waits
     ]
+    assert fleet.ledger.deployments["c"].phase == "admitted"
 
 
 def test_a_pending_decision_carries_the_numbers_and_their_positions() -> None:
     fleet = Fleet()
     fleet.quota("p", 2)  # position 1
     fleet.inventory("east", 8)  # position 2
-    [pending] = fleet.deployment("a", 3)
-    assert pending.evidence == {
+    [partial] = fleet.deployment("a", 3)
+    assert partial.evidence == {
         "wanted": 3,
         "capacity": 8,
         "held_in_cluster": 0,
@@ -141,6 +142,8 @@ def test_a_pending_decision_carries_the_numbers_and_their_positions() -> None:
         "position": 3,
         "inventory_position": 2,
         "quota_position": 1,
+        "granted": 2,
+        "waiting": 1,
     }
 
 
@@ -176,7 +179,7 @@ def test_a_deployment_short_of_its_quota_does_not_hold_back_other_projects() -> 
     fleet.quota("p", 1)
     fleet.quota("q", 10)
     fleet.inventory("east", 2)
-    fleet.deployment("a", 4)  # p's quota is too small
+    fleet.deployment("a", 1, per=4)  # p's quota is too small for one replica
     assert verdict(fleet.deployment("b", 2, project="q")) == [("b", True, 2, None)]
 
 
@@ -188,8 +191,11 @@ def test_a_serving_deployment_that_grows_keeps_what_it_holds_until_there_is_room
     fleet.event("DeploymentPlaced", "a")
     fleet.event("DeploymentRunning", "a")
     fleet.deployment("b", 2)
-    assert fleet.event("DeploymentScaled", "a", desired_replicas=3) == []  # no room: it waits
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=3)) == [
+        ("a", True, 2, "insufficient_capacity")  # no room: it keeps its 2, the third waits
+    ]
     assert fleet.ledger.deployments["a"].held == 2
+    assert fleet.decided[-1].phase == "running"
     assert verdict(fleet.inventory("east", 5)) == [("a", True, 3, None)]
     assert fleet.ledger.deployments["a"].phase == "running"
 
@@ -201,7 +207,7 @@ def test_replicas_hold_devices_even_beyond_what_was_granted() -> None:
     fleet.deployment("a", 1)
     for i in range(3):  # the cluster runs more than was granted
         fleet.replica(f"r{i}", "a", 1)
-    assert verdict(fleet.deployment("b", 2)) == [("b", False, 0, "insufficient_capacity")]
+    assert verdict(fleet.deployment("b", 2)) == [("b", True, 1, "insufficient_capacity")]
     assert verdict(fleet.event("ReplicaTerminated", "r0")) == [("b", True, 2, None)]
     assert fleet.event("ReplicaTerminated", "r1") == []  # a holds its grant of 1 still
 
@@ -239,13 +245,17 @@ def test_a_younger_deployment_that_would_fit_waits_behind_one_short_of_capacity(
     fleet.quota("p", 100)
     fleet.inventory("east", 4)
     fleet.deployment("a", 2)
-    assert verdict(fleet.deployment("big", 3)) == [("big", False, 0, "insufficient_capacity")]
-    assert fleet.deployment("small", 1) == []  # 2 devices are free, but big came first
+    assert verdict(fleet.deployment("big", 1, per=3)) == [
+        ("big", False, 0, "insufficient_capacity")
+    ]
+    [small] = fleet.deployment("small", 1)  # 2 devices are free, but big came first
+    assert verdict([small]) == [("small", False, 0, "insufficient_capacity")]
+    assert small.evidence["queue_position"] == 2
     assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=1)) == [
         ("a", True, 1, None),
         ("big", True, 3, None),
-        ("small", False, 0, "insufficient_capacity"),
     ]
+    assert fleet.ledger.deployments["small"].reason == "insufficient_capacity"
 
 
 def test_a_serving_deployment_keeps_waiting_to_grow_through_phase_changes() -> None:
@@ -255,11 +265,94 @@ def test_a_serving_deployment_keeps_waiting_to_grow_through_phase_changes() -> N
     fleet.deployment("a", 4)
     fleet.deployment("b", 4)
     fleet.event("DeploymentRunning", "a")
-    assert fleet.event("DeploymentScaled", "a", desired_replicas=6) == []  # no room yet
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=6)) == [
+        ("a", True, 4, "insufficient_capacity")  # no room yet
+    ]
     fleet.event("DeploymentPlaced", "a")  # the cluster reports it again: still waiting
+    assert fleet.ledger.deployments["a"].reason == "insufficient_capacity"
     assert verdict(fleet.event("DeploymentDisabled", "b")) == [
         ("b", False, 0, "disabled"),
         ("a", True, 6, None),
+    ]
+
+
+# -- growth in part, and quotas that shrink --------------------------------------------------
+
+
+def test_growth_past_quota_is_granted_the_replicas_that_fit_and_the_rest_waits() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 6)
+    fleet.inventory("east", 16)
+    fleet.deployment("a", 2, per=2)
+    fleet.event("DeploymentRunning", "a")
+    [grown] = fleet.event("DeploymentScaled", "a", desired_replicas=5)  # wants 10 of 6
+    assert verdict([grown]) == [("a", True, 6, "insufficient_quota")]
+    assert (grown.phase, grown.evidence["granted"], grown.evidence["waiting"]) == ("running", 6, 4)
+    assert verdict(fleet.quota("p", 7)) == []  # room for half a replica: nothing moves
+    assert verdict(fleet.quota("p", 10)) == [("a", True, 10, None)]
+    assert fleet.decided[-1].phase == "running"
+
+
+def test_a_grant_in_part_waits_first_in_its_queue_and_grows_as_devices_are_released() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 4)
+    fleet.deployment("a", 3)
+    assert verdict(fleet.deployment("b", 3)) == [("b", True, 1, "insufficient_capacity")]
+    [c] = fleet.deployment("c", 1)  # nothing left, and b is ahead of it
+    assert (verdict([c]), c.evidence["waiting"]) == ([("c", False, 0, "insufficient_capacity")], 1)
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=1)) == [
+        ("a", True, 1, None),
+        ("b", True, 3, None),
+    ]
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=0)) == [
+        ("a", True, 0, None),
+        ("c", True, 1, None),
+    ]
+
+
+def test_a_quota_that_shrinks_reports_what_no_longer_fits_and_stops_nothing() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 8)
+    fleet.inventory("east", 16)
+    fleet.deployment("a", 4)
+    fleet.deployment("b", 2)
+    fleet.event("DeploymentRunning", "a")
+    decided = fleet.quota("p", 3)
+    assert verdict(decided) == [
+        ("a", True, 4, "insufficient_quota"),
+        ("b", True, 2, "insufficient_quota"),
+    ]
+    assert decided[0].evidence["quota"] == 3 and decided[0].evidence["waiting"] == 0
+    assert fleet.ledger.held_by_project[("p", "H100")] == 6  # nothing running was stopped
+    assert verdict(fleet.deployment("c", 1)) == [("c", False, 0, "insufficient_quota")]
+    assert verdict(fleet.quota("p", 8)) == [
+        ("a", True, 4, None),
+        ("b", True, 2, None),
+        ("c", True, 1, None),
+    ]
+
+
+def test_a_cluster_that_loses_a_node_reports_its_over_commitment_and_stops_nothing() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    fleet.inventory("east", 8)
+    fleet.deployment("a", 6)
+    assert verdict(fleet.inventory("east", 4)) == [("a", True, 6, "insufficient_capacity")]
+    assert verdict(fleet.inventory("east", 8)) == [("a", True, 6, None)]
+
+
+def test_a_shrinking_deployment_releases_what_it_no_longer_wants_even_over_quota() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 8)
+    fleet.inventory("east", 16)
+    fleet.deployment("a", 6)
+    fleet.quota("p", 2)
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=4)) == [
+        ("a", True, 4, "insufficient_quota")
+    ]
+    assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=2)) == [
+        ("a", True, 2, None)
     ]
 
 
@@ -413,22 +506,27 @@ def test_a_deployment_enabled_again_behind_an_older_one_keeps_waiting_its_turn()
     fleet.quota("p", 10)
     fleet.inventory("east", 3)
     fleet.deployment("a", 2)
-    fleet.deployment("b", 2)  # waits for capacity, and could get it
+    fleet.deployment("b", 1, per=2)  # waits for capacity, and could get it
     fleet.deployment("c", 1)  # would fit, but b came first
     fleet.event("DeploymentDisabled", "c")
-    assert fleet.event("DeploymentEnabled", "c") == []  # still behind b, and still queued
+    assert verdict(fleet.event("DeploymentEnabled", "c")) == [  # still behind b, and queued
+        ("c", False, 0, "insufficient_capacity")
+    ]
     assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=0)) == [
         ("a", True, 0, None),
         ("b", True, 2, None),
         ("c", True, 1, None),
     ]
+    assert fleet.ledger.deployments["b"].per_replica == 2
 
 
 def test_a_deployment_that_could_never_fit_holds_back_nobody() -> None:
     fleet = Fleet()
     fleet.quota("p", 100)
     fleet.inventory("east", 4)
-    assert verdict(fleet.deployment("huge", 6)) == [("huge", False, 0, "insufficient_capacity")]
+    assert verdict(fleet.deployment("huge", 1, per=6)) == [
+        ("huge", False, 0, "insufficient_capacity")
+    ]
     assert verdict(fleet.deployment("small", 2)) == [("small", True, 2, None)]
 
 
@@ -438,7 +536,7 @@ def test_when_a_cluster_shrinks_below_a_quota_blocker_the_project_queue_moves_on
     fleet.inventory("east", 4)
     fleet.inventory("west", 4)
     fleet.deployment("a", 2)
-    fleet.deployment("b", 2, cluster="west")  # short of quota, and could get it
+    fleet.deployment("b", 1, per=2, cluster="west")  # short of quota, and could get it
     fleet.deployment("c", 1)  # fits the quota left, but b came first
     assert verdict(fleet.inventory("west", 1)) == [("c", True, 1, None)]  # b can never fit
 
@@ -448,9 +546,9 @@ def test_when_a_blocker_grows_beyond_its_cluster_those_behind_it_move_on() -> No
     fleet.quota("p", 100)
     fleet.inventory("east", 4)
     fleet.deployment("a", 3)
-    fleet.deployment("b", 2)  # waits for capacity, and could get it
+    fleet.deployment("b", 1, per=2)  # waits for capacity, and could get it
     fleet.deployment("c", 1)  # would fit, but b came first
-    assert verdict(fleet.event("DeploymentScaled", "b", desired_replicas=5)) == [
+    assert verdict(fleet.event("DeploymentScaled", "b", desired_replicas=3)) == [
         ("c", True, 1, None)
     ]
 

@@ -275,10 +275,10 @@ def test_a_worker_that_fits_no_node_says_so_and_holds_back_nobody() -> None:
 def test_pods_that_could_not_fit_even_an_empty_cluster_hold_back_nobody() -> None:
     fleet = Nodes()
     fleet.nodes("east", 8, 8, 4, 4)  # 24 devices; pods of 6 fit only the two nodes of 8
-    [never] = fleet.create("a", 2, 12)  # four pods of 6
-    assert verdict([never]) == [("a", False, 0, CAPACITY)]
+    [never] = fleet.create("a", 2, 12)  # four pods of 6: two fit, the other two never will
+    assert verdict([never]) == [("a", True, 12, CAPACITY)]
     assert (nodes_evidence(never)["pods_needed"], nodes_evidence(never)["pods_fitting"]) == (4, 2)
-    assert verdict(fleet.create("b", 1, 8)) == [("b", True, 8, None)]
+    assert verdict(fleet.create("b", 1, 4)) == [("b", True, 4, None)]
 
 
 def test_a_waiting_multinode_deployment_keeps_its_place_while_it_could_fit() -> None:
@@ -287,7 +287,8 @@ def test_a_waiting_multinode_deployment_keeps_its_place_while_it_could_fit() -> 
     fleet.create("b", 1, 4)
     pod, _ = fleet.pod("b", "n1", 4)
     assert verdict(fleet.create("a", 1, 12)) == [("a", False, 0, CAPACITY)]
-    assert fleet.create("c", 1, 2) == []  # it would fit, but waits behind a
+    [c] = fleet.create("c", 1, 2)  # it would fit, but waits behind a
+    assert (verdict([c]), c.evidence["queue_position"]) == ([("c", False, 0, CAPACITY)], 2)
     fleet.event("DeploymentScaled", "b", desired_replicas=0)
     decided = fleet.event("ReplicaTerminated", pod)
     assert verdict(decided) == [("a", True, 12, None), ("c", True, 2, None)]

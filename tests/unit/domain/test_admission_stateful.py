@@ -135,7 +135,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         deployment.decide_admission(
             plane(),
             admitted=decision.admitted,
-            reason=None if decision.admitted else AdmissionReason(decision.reason),  # type: ignore[arg-type]
+            reason=None if decision.reason is None else AdmissionReason(decision.reason),
             evidence=decision.evidence,
             devices=decision.devices,
         )
@@ -311,8 +311,21 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @rule(project=st.sampled_from(PROJECTS), devices=st.integers(0, 12))
     def set_quota(self, project: str, devices: int) -> None:
+        """A quota change, up or down, stops nothing that holds devices: what no longer fits
+        is reported (its reason), and its grant stays."""
+        before = {d.key: d.granted_devices for d in self.live_deployments() if d.enabled}
         self.projects[project].set_quota(plane(), "H100", devices)
         self.feed(self.projects[project])
+        for d in self.live_deployments() if self.settled() else ():
+            wants = d.desired_replicas * d.serving.devices_per_replica
+            kept = min(before.get(d.key, 0), wants)
+            assert d.granted_devices >= kept or d.admission_phase.value == "failed", d.key
+            over = self.held_by(d.project) > self.projects[d.project].quota.get("H100", 0)
+            if d.project == project and over and d.granted_devices and d.enabled:
+                assert d.admission_reason is not None, (d.key, "over quota, and says nothing")
+
+    def held_by(self, project: str) -> int:
+        return sum(self.held(d) for d in self.deployments if d.project == project)
 
     @rule(cluster_id=st.sampled_from(CLUSTERS), sizes=NODES)
     def report_inventory(self, cluster_id: str, sizes: list[NodeSpec]) -> None:
@@ -378,6 +391,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         for d in self.deployments:
             slot = self.ledger.deployments[d.key]
             assert (slot.phase, slot.granted) == (d.admission_phase.value, d.granted_devices)
+            assert slot.reason == d.admission_reason, (d.key, slot.reason, d.admission_reason)
             assert slot.held == self.held(d)
         for name in CLUSTERS:
             held = sum(self.held(d) for d in self.deployments if d.cluster_id == name)
@@ -451,14 +465,14 @@ class AdmissionMachine(RuleBasedStateMachine):
 
     @invariant()
     def nobody_waits_for_room_that_is_there(self) -> None:
-        """Liveness: a pending deployment that would fit is queued, and waits only behind an
-        older one that waits for its cluster's capacity or for its project's quota and could
-        ever get it."""
+        """Liveness: a deployment that could be granted more than it holds (pending, or serving
+        and grown) is queued, and waits only behind an older one that waits for its cluster's
+        capacity or for its project's quota and could ever get it."""
         if not self.settled():
             return
         for d in self.deployments:
             would = self.ledger.decide(d.key)
-            if d.admission_phase.value != "pending" or would is None or not would.admitted:
+            if would is None or not would.admitted or would.devices <= self.held(d):
                 continue
             blocked = False
             for queues, key, reason in (

@@ -87,6 +87,22 @@ def test_staying_pending_needs_a_reason_and_records_it() -> None:
     assert recorded(d) == ["AdmissionDecided"]
 
 
+def test_a_grant_in_part_is_admitted_and_keeps_its_reason_while_it_serves() -> None:
+    d = managed()
+    quota = AdmissionReason.INSUFFICIENT_QUOTA
+    for reason, devices in ((quota, 0), (AdmissionReason.DISABLED, 2)):
+        with pytest.raises(InvalidValue) as refused:
+            d.decide_admission(plane(), admitted=True, reason=reason, evidence={}, devices=devices)
+        assert refused.value.field == "reason"
+    d.decide_admission(plane(), admitted=True, reason=quota, evidence={"waiting": 2}, devices=2)
+    assert (d.admission_phase, d.admission_reason, d.granted_devices) == ("admitted", quota, 2)
+    d.mark_placed(cluster())
+    d.mark_running(cluster())
+    assert (d.admission_phase, d.admission_reason) == (AdmissionPhase.RUNNING, quota)
+    d.decide_admission(plane(), admitted=True, reason=None, evidence={}, devices=4)
+    assert (d.admission_phase, d.admission_reason, d.granted_devices) == ("running", None, 4)
+
+
 def test_a_failed_deployment_only_goes_back_to_pending() -> None:
     d = managed()
     admit(d)

@@ -261,6 +261,7 @@ def test_the_last_admission_decisions_evidence_stays_in_every_phase_after_it() -
         "desired_replicas": 2,
         "authority": "managed",
         "serving_digest": "d1",
+        "serving": {"devices_per_replica": 1},
         "engine_args": [],
         "imported_args": None,
     }

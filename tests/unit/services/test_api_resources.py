@@ -33,6 +33,7 @@ def health(deployment_id: str, cluster: str) -> dict[str, Any]:
         "cluster_id": cluster,
         "desired_replicas": 2,
         "ready_replicas": 1,
+        "waiting_replicas": 0,
         "live_digests": {"svg_a": 1},
         "admission": {"phase": "running", "reason": None},
     }

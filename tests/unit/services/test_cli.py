@@ -193,6 +193,7 @@ def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
         "admission_reason": None,
         "ready_replicas": 2,
         "desired_replicas": 3,
+        "waiting_replicas": 1,
         "authority": "managed",
         "enabled": True,
         "live_digests": {"svg_1": 2},
@@ -210,5 +211,6 @@ def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
     }
     text = _deployment_table(cast("DeploymentList", {"deployments": [row]}))
     assert "CONDITIONS" in text.splitlines()[0]
+    assert text.splitlines()[1].split()[5] == "1"  # WAITING
     assert "ImagePullBackOff (1 pod), Rejected: " + "x" * 79 + "…" in text
     assert "denied" not in text  # a transient one shows its pods; the message is in --json
