@@ -62,7 +62,8 @@ class Fleet:
         self.replicas: list[tuple[str, str]] = []  # (replica id, deployment id)
         self.decisions = self.placements = 0
         self.unreachable: set[int] = set()
-        for c in range(clusters):
+        for c in range(clusters):  # its operator speaks first: placement chooses it then
+            self.event("OperatorConnected", f"c{c}", operator={})
             self.inventory(c)
         per_project = workloads * 3 // 2 // projects
         for p in range(projects):

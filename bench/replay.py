@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, Notification, postgres_connection, store_env
 from wingsmith.domain.base import Aggregate, Cause, Event, Writer
-from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
 from wingsmith.domain.deployment import (
     AdmissionPhase,
     AdmissionReason,
@@ -89,6 +89,7 @@ HISTORY_START = datetime(2026, 11, 26, tzinfo=UTC)
 HISTORY_SPAN = timedelta(days=3)
 
 CLUSTERS = 20
+OPERATOR = OperatorInfo(instance="replay", version="1", read_only=False)
 NODES = {"H100": 14, "A100": 4}  # per cluster, 8 devices each, plus one spare H100 node
 DEVICES_PER_NODE = 8
 PROJECTS = ("research", "search", "assistants", "evals", "batch")
@@ -221,6 +222,7 @@ class FleetHistory:
                 pool[node_id] = [f"GPU-{node_id}-{d}" for d in range(DEVICES_PER_NODE)]
         spare = Node(node_id=f"{cluster_id}-spare", device_class="H100", devices=DEVICES_PER_NODE)
         nodes.append(spare)  # cordoned and back again: its devices are never allocated here
+        cluster.hear_operator(self._cause(Writer.CLUSTER), OPERATOR)
         cluster.report_inventory(self._cause(Writer.CLUSTER), tuple(nodes))
         self._keep(cluster)
         self.clusters[cluster_id], self.nodes[cluster_id] = cluster, nodes
@@ -451,6 +453,7 @@ class FleetHistory:
             moved = domain[:-1] if domain.endswith("b") else domain + "b"
             nodes[i] = nodes[i].model_copy(update={"topology_domain": moved})
         cluster = self.clusters[cluster_id]
+        cluster.hear_operator(self._cause(Writer.CLUSTER), OPERATOR)
         cluster.report_inventory(self._cause(Writer.CLUSTER), tuple(nodes))
         self._keep(cluster)
 

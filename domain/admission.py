@@ -288,13 +288,18 @@ class Ledger:
         self.reachable[cluster] = True
         return []
 
-    def operated_reachability(self) -> dict[str, bool]:
-        """Every cluster an operator has spoken for, and whether it is reachable now."""
-        return {cluster: self.reachable.get(cluster, True) for cluster in self.operated}
+    def reachability(self) -> dict[str, bool]:
+        """Every known cluster, and whether it is reachable now: one whose operator has
+        never spoken is watched too, so that its silence is noticed."""
+        return dict(self.reachable)
 
     @handles(OperatorConnected)
     def _operator_connected(self, cluster: str, e: E) -> list[str]:
-        self.operated.add(cluster)
+        """A cluster becomes a placement candidate once an operator speaks for it: before
+        that, nothing placed there could run."""
+        if cluster not in self.operated:
+            self.operated.add(cluster)
+            self._reach(cluster, self.reachable.get(cluster, True))
         return []
 
     @handles(ClusterUnreachable)
@@ -1036,7 +1041,7 @@ class Ledger:
     def _refresh_room(self, cluster: str, device_class: str) -> None:
         key = (cluster, device_class)
         total = self.total.get(key, 0)
-        candidate = total > 0 and self.reachable.get(cluster, True)
+        candidate = total > 0 and cluster in self.operated and self.reachable.get(cluster, True)
         free = max(total - self.claimed.get(key, 0), 0) if candidate else None
         self.room.set(cluster, device_class, free)
 

@@ -3,8 +3,10 @@ for longer than the configured silence is marked unreachable. Placement then sto
 it, and its deployments keep their last status, flagged stale. Its next heartbeat marks it
 reachable again (`handlers.observe_heartbeat`).
 
-Only clusters an operator has ever spoken for are watched; after a hub restart the silence of
-each is counted from the restart.
+Every known cluster is watched, including one registered with an inventory whose operator has
+never spoken: its silence is counted from when this hub first knew of it (after a restart, from
+the restart), and it is marked unreachable once that silence is too long. Placement does not
+choose it meanwhile either (`Ledger.operated`).
 """
 
 from __future__ import annotations
@@ -29,32 +31,31 @@ class Liveness:
     def __init__(
         self,
         execute: Execute,
-        operated: Callable[[], Mapping[str, bool]],
+        clusters: Callable[[], Mapping[str, bool]],
         silence: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`operated()`: every cluster an operator has spoken for, and whether it is
-        reachable now."""
-        self._execute, self._operated, self.silence, self._clock = execute, operated, silence, clock
-        self._started = clock()
-        self._heard: dict[str, float] = {}
+        """`clusters()`: every known cluster, and whether it is reachable now."""
+        self._execute, self._clusters, self.silence, self._clock = execute, clusters, silence, clock
+        self._heard: dict[str, float] = {}  # last heard from, or first known of
 
     def heard(self, cluster_id: str) -> None:
         self._heard[cluster_id] = self._clock()
 
     def silent(self) -> list[str]:
-        """Reachable clusters whose operator has been silent for too long."""
+        """Reachable clusters silent for too long since heard from, or since first known."""
         now = self._clock()
         return [
             cluster
-            for cluster, reachable in self._operated().items()
-            if reachable and now - self._heard.get(cluster, self._started) > self.silence
+            for cluster, reachable in self._clusters().items()
+            if now - self._heard.setdefault(cluster, now) > self.silence and reachable
         ]
 
     async def run(self) -> None:
         await supervise("liveness", self._watch, logger=log)
 
     async def _watch(self) -> None:
+        self.silent()  # what is known now is counted from now
         while True:
             await asyncio.sleep(self.silence / LOOKS_PER_SILENCE)
             for cluster in self.silent():

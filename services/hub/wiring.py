@@ -129,7 +129,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
             liveness = Liveness(
                 commands.execute,
-                lambda: scheduler.ledger.operated_reachability(),
+                lambda: scheduler.ledger.reachability(),
                 settings.cluster_silence,
             )
             tasks["liveness"] = asyncio.create_task(liveness.run(), name="wingsmith-liveness")

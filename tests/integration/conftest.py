@@ -17,7 +17,7 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from wingsmith.adapters import nats_auth
+from wingsmith.adapters import nats_auth, nats_bus
 from wingsmith.adapters.nats_auth import Credentials
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, Notification, store_env
@@ -108,6 +108,20 @@ async def send_until_answered(nc: Client, verb: str, body: dict[str, Any]) -> An
             return reply
         await asyncio.sleep(0.1)
     raise AssertionError(f"{verb} {body['command_id']} never answered")
+
+
+async def operator_heard(nc: Client, cluster_id: str) -> None:
+    """One heartbeat from the cluster's operator, as the operator sends it: placement chooses
+    only clusters an operator has spoken for. Returns once the hub has recorded it."""
+    operator = {"instance": "test", "version": "1", "read_only": False}
+    body = {"cluster_id": cluster_id, "operator": operator}
+    await nats_bus.publish_observation(nc, cluster_id, "heartbeat", body, f"hb-{cluster_id}")
+    subject = f"wingsmith.evt.cluster.{cluster_id}.OperatorConnected"
+    stream = await nc.jetstream().subscribe(subject, ordered_consumer=True)
+    try:
+        await stream.next_msg(timeout=30)
+    finally:
+        await stream.unsubscribe()
 
 
 async def seed_deployment(nc: Client, prefix: str = "s") -> str:

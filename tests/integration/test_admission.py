@@ -17,7 +17,7 @@ from wingsmith.domain import names
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.wiring import Hub, running_hub
 
-from .conftest import LLAMA, seed_deployment, send_until_answered, wait_for
+from .conftest import LLAMA, operator_heard, seed_deployment, send_until_answered, wait_for
 
 
 async def events(nc: Client) -> list[dict[str, Any]]:
@@ -154,6 +154,7 @@ async def test_concurrent_placement_never_exceeds_any_cluster_or_the_quota(
         nodes = [{"node_id": f"{name}-n1", "device_class": "H100", "devices": devices}]
         report = {"command_id": f"inv-{name}", "cluster_id": name, "nodes": nodes}
         assert (await send_until_answered(client, "cluster.report_inventory", report))["ok"]
+        await operator_heard(client, name)
 
     def workload(i: int) -> dict[str, Any]:  # unpinned: placement chooses
         return workload_body(i, replicas=1 + i % 3)

@@ -64,6 +64,12 @@ class Fleet:
 
     def inventory(self, cluster: str, devices: int) -> list[Decision]:
         nodes = [{"node_id": "n1", "device_class": "H100", "devices": devices}]
+        return self.nodes_of(cluster, nodes)
+
+    def nodes_of(self, cluster: str, nodes: list[dict[str, Any]]) -> list[Decision]:
+        """The cluster's inventory, from its operator (heard from first, once)."""
+        if cluster not in self.ledger.operated:
+            self.event("OperatorConnected", cluster, operator={"instance": "i1"})
         return self.event("InventoryReported", cluster, nodes=nodes)
 
     def workload(
@@ -131,7 +137,7 @@ def test_admitted_only_as_far_as_quota_and_capacity_both_allow() -> None:
 def test_a_pending_decision_carries_the_numbers_and_their_positions() -> None:
     fleet = Fleet()
     fleet.quota("p", 2)  # position 1
-    fleet.inventory("east", 8)  # position 2
+    fleet.inventory("east", 8)  # position 3, after its operator's at 2
     [partial] = fleet.deployment("a", 3)
     assert partial.evidence == {
         "wanted": 3,
@@ -139,8 +145,8 @@ def test_a_pending_decision_carries_the_numbers_and_their_positions() -> None:
         "held_in_cluster": 0,
         "quota": 2,
         "held_by_project": 0,
-        "position": 3,
-        "inventory_position": 2,
+        "position": 4,
+        "inventory_position": 3,
         "quota_position": 1,
         "granted": 2,
         "waiting": 1,
@@ -475,6 +481,20 @@ def test_an_unreachable_cluster_is_not_chosen() -> None:
     fleet.event("ClusterUnreachable", "east")
     fleet.workload("llm", 2)
     assert fleet.shares("llm") == {"west": 2}
+
+
+def test_a_cluster_no_operator_has_spoken_for_is_chosen_once_one_does() -> None:
+    fleet = Fleet()
+    fleet.quota("p", 100)
+    nodes = [{"node_id": "n1", "device_class": "H100", "devices": 8}]
+    fleet.event("ClusterRegistered", "east", region=None, labels={})
+    fleet.event("InventoryReported", "east", nodes=nodes)  # registered by hand, with devices
+    fleet.workload("llm", 2)
+    assert fleet.shares("llm") == {}  # nothing placed there could run
+    assert fleet.ledger.reachability() == {"east": True}  # watched, so silence is noticed
+    assert verdict(fleet.event("OperatorConnected", "east", operator={})) == [
+        ("llm--east", True, 2, None)
+    ]
 
 
 def test_with_no_candidate_placement_says_why_and_tries_again_when_one_appears() -> None:

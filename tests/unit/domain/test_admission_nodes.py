@@ -28,7 +28,7 @@ class Nodes(Fleet):
             | (size if isinstance(size, dict) else {"devices": size})
             for i, size in enumerate(sizes, 1)
         ]
-        return self.event("InventoryReported", cluster, nodes=nodes)
+        return self.nodes_of(cluster, nodes)
 
     def create(
         self,

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from wingsmith.domain.admission import Decision, Ledger, Placement, Slot
 from wingsmith.domain.base import Aggregate, DomainError, Event, split_id
-from wingsmith.domain.cluster import Cluster, Node
+from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
 from wingsmith.domain.commands import DeleteWorkload, PlaceWorkload
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
 from wingsmith.domain.nodes import nodes_per_worker, pack, pods, room
@@ -41,6 +41,7 @@ PROJECTS = ("p", "q")
 NODE = st.tuples(st.integers(0, 8), st.sampled_from([False] * 4 + [True]), st.integers(0, 2))
 NODES = st.lists(NODE, min_size=1, max_size=3)
 NodeSpec = tuple[int, bool, int]
+OPERATOR = OperatorInfo(instance="i1", version="1.0", read_only=False)
 
 
 def inventory(sizes: list[NodeSpec]) -> tuple[Node, ...]:
@@ -75,6 +76,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.clusters = {name: Cluster.register(plane(), name, None, {}) for name in CLUSTERS}
         self.projects = {name: Project.register(plane(), name) for name in PROJECTS}
         for name, total in zip(CLUSTERS, totals, strict=True):
+            self.clusters[name].hear_operator(cluster(), OPERATOR)
             self.clusters[name].report_inventory(cluster(), inventory(total))
         self.feed(*self.clusters.values(), *self.projects.values())
 

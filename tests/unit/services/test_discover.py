@@ -211,7 +211,7 @@ def test_late_reports_change_nothing() -> None:
     assert deployment.status is not None and deployment.status.ready_replicas == 1
 
 
-async def test_liveness_marks_only_silent_reachable_operated_clusters() -> None:
+async def test_liveness_marks_only_silent_reachable_clusters() -> None:
     now = [0.0]
     reachable = {"east": True, "west": True, "north": False}
     sent: list[c.Command] = []
@@ -221,12 +221,16 @@ async def test_liveness_marks_only_silent_reachable_operated_clusters() -> None:
         return {"ok": True}
 
     liveness = Liveness(execute, lambda: reachable, silence=10, clock=lambda: now[0])
+    assert liveness.silent() == []  # the first look: known from now on
     now[0] = 5
     liveness.heard("east")
     now[0] = 12  # west silent since the start, east heard 7 s ago, north already unreachable
     assert liveness.silent() == ["west"]
+    reachable["south"] = True  # registered with an inventory; no operator has spoken for it
     now[0] = 16
-    assert liveness.silent() == ["east", "west"]
+    assert liveness.silent() == ["east", "west"]  # south is counted from when it was known
+    now[0] = 27
+    assert liveness.silent() == ["east", "west", "south"]
 
 
 def test_replaying_every_observation_changes_nothing() -> None:
