@@ -83,13 +83,15 @@ class QuotaUseRow(TypedDict):
 class Admission(TypedDict):
     """Where admission has a deployment, why, and since when; `evidence`: the numbers its last
     decision was made on, in that phase and every phase the cluster moves it to after (placed,
-    running, failed); `message` after a failure."""
+    running, failed); `message` after a failure; `blocker`: the older deployment it waits
+    behind in its queue, when it does (`evidence.queue_position` is its place there)."""
 
     phase: str
     reason: str | None
     since: str
     evidence: NotRequired[dict[str, int]]
     message: NotRequired[str]
+    blocker: NotRequired[str]
 
 
 class StatusCondition(TypedDict):
@@ -126,6 +128,8 @@ class DeploymentHealthView(TypedDict):
     deployment_id: str
     workload_id: str
     cluster_id: str
+    project: str
+    device_class: str
     desired_replicas: int
     ready_replicas: int
     enabled: bool
@@ -211,6 +215,7 @@ class WorkloadView(TypedDict):
     engine_args: list[str]
     deployments: dict[str, str]  # cluster id -> deployment id
     unplaced: str | None
+    unplaced_reason: str | None  # no_cluster_has_device_class, no_node_holds_a_pod
     created_at: str
     updated_at: str
 
@@ -290,6 +295,7 @@ class Workload(TypedDict):
     engine_args: list[str]
     deployments: list[Placement]
     unplaced: str | None
+    unplaced_reason: str | None
     created_at: str
     updated_at: str
     phase: str

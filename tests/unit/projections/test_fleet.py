@@ -258,6 +258,8 @@ def test_the_last_admission_decisions_evidence_stays_in_every_phase_after_it() -
     created = {
         "workload_id": "w",
         "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
         "desired_replicas": 2,
         "authority": "managed",
         "serving_digest": "d1",
