@@ -331,6 +331,48 @@ class DeploymentList(TypedDict):
     deployments: list[Deployment]
 
 
+class Amount(TypedDict):
+    """Replicas, and the devices they take."""
+
+    replicas: int
+    devices: int
+
+
+class Constraint(TypedDict):
+    """What binds: a reason, a sentence with its numbers, and the numbers. `blocker`: the older
+    deployment ahead in the queue; `nodes_free`: free devices per node of its cluster and
+    class; `reported` and `did_you_mean`: the classes the fleet reports, and those close to
+    the one asked for."""
+
+    reason: str
+    message: str
+    numbers: dict[str, int]
+    blocker: NotRequired[str]
+    nodes_free: NotRequired[dict[str, int]]
+    reported: NotRequired[list[str]]
+    did_you_mean: NotRequired[list[str]]
+
+
+class Explanation(TypedDict):
+    """`/v1/deployments/{ref}/explain` (domain/explain.py): what a deployment wants, holds and
+    waits for, what binds it, and what change would unblock it (empty when nothing waits). A
+    workload that placement found nowhere to go is explained without a deployment."""
+
+    deployment_id: str | None
+    workload_id: str
+    cluster_id: str | None
+    project: str
+    device_class: str
+    phase: str
+    wants: Amount
+    holds: Amount
+    waiting: Amount
+    constraint: Constraint | None
+    blocked_by: NotRequired[Constraint]  # what the blocker waits for
+    unblock: list[str]
+    summary: str
+
+
 class DiscoveredList(TypedDict):
     discovered: list[DiscoveredView]
 
