@@ -185,10 +185,20 @@ class EventStore:
         last = self._recorder.select_events(aggregate_id, desc=True, limit=1)
         return last[0].originator_version if last else 0
 
-    def read(self, after: int, limit: int, stop: int | None = None) -> list[Notification]:
-        """Notifications with positions in (after, stop], in store order."""
+    def read(
+        self,
+        after: int,
+        limit: int,
+        stop: int | None = None,
+        types: Sequence[type[Event]] = (),
+    ) -> list[Notification]:
+        """Notifications with positions in (after, stop], in store order; only events of
+        `types` when some are given."""
+        topics = [_topic(t) for t in types]
         return list(
-            self._recorder.select_notifications(after, limit, stop=stop, inclusive_of_start=False)
+            self._recorder.select_notifications(
+                after, limit, stop=stop, topics=topics, inclusive_of_start=False
+            )
         )
 
     def last_position(self) -> int:

@@ -73,6 +73,7 @@ from wingsmith.domain.project import QuotaSet
 from wingsmith.domain.replica import ReplicaStarted, ReplicaTerminated
 from wingsmith.domain.workload import (
     DeploymentAttached,
+    PlacementReason,
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
@@ -175,6 +176,7 @@ class Placement:
     shares: dict[str, int]  # the clusters whose share changes, and to what
     previous: dict[str, int]  # their shares before, where the workload was on them
     message: str | None = None  # no shares: why
+    reason: str | None = None  # no shares: why, as a PlacementReason
 
 
 CAPACITY, QUOTA = AdmissionReason.INSUFFICIENT_CAPACITY, AdmissionReason.INSUFFICIENT_QUOTA
@@ -188,6 +190,7 @@ class Decision:
     reason: str | None
     evidence: dict[str, int]
     phase: str  # admitted, pending, or the placed/running phase a growing deployment keeps
+    blocker: str | None = None  # the older deployment it waits behind, if it does
 
 
 class Standing(NamedTuple):
@@ -660,15 +663,16 @@ class Ledger:
         )
         if behind is not None:  # its turn comes after the older one's: it keeps what it
             self._wait(deployment_id, slot)  # holds, and says what it waits for, and where
-            (blocker, place), kept = behind, min(slot.granted, slot.wanted)
+            (waits_for, place, blocker), kept = behind, min(slot.granted, slot.wanted)
             evidence = decision.evidence | {
                 "granted": kept,
                 "waiting": slot.wanted - kept,
                 "queue_position": place,
             }
-            decision = self._decision(deployment_id, slot, kept, blocker, lambda: evidence)
+            decision = self._decision(deployment_id, slot, kept, waits_for, lambda: evidence)
             if decision is None:
                 return None, []
+            decision = replace(decision, blocker=blocker)
         stood = Standing(slot.phase, slot.reason, slot.granted, slot.rolling)
         released = self.record(decision)
         if decision.reason == AdmissionReason.AWAITING_ADMISSION:  # out of failure: decide again
@@ -709,9 +713,9 @@ class Ledger:
         slot.phase = once.phase
         return replace(decision, phase=once.phase)
 
-    def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> tuple[str, int] | None:
-        """What an older deployment ahead of this one waits for, if one does, and this one's
-        place in that queue (1: its head)."""
+    def _behind_a_blocker(self, slot: Slot, deployment_id: str) -> tuple[str, int, str] | None:
+        """What an older deployment ahead of this one waits for, if one does, this one's
+        place in that queue (1: its head), and the first one ahead that blocks it."""
         for queues, key, reason in (
             (self.waiting_in, (slot.cluster, slot.device_class), CAPACITY),
             (self.waiting_for, (slot.project, slot.device_class), QUOTA),
@@ -720,15 +724,16 @@ class Ledger:
             if deployment_id not in queue:  # newer than all who wait there
                 heads = self._heads(queues, key, reason)
                 if heads and self._blocks(self.deployments[heads[-1]], reason):
-                    return reason, len(queue) + 1
+                    return reason, len(queue) + 1, heads[-1]
                 continue
-            blocked = False
+            blocker: str | None = None
             for place, other in enumerate(queue, 1):
                 if other == deployment_id:
-                    if blocked:
-                        return reason, place
+                    if blocker is not None:
+                        return reason, place, blocker
                     break
-                blocked = blocked or self._blocks(self.deployments[other], reason)
+                if blocker is None and self._blocks(self.deployments[other], reason):
+                    blocker = other
         return None
 
     def _heads(self, queues: dict[Key, dict[str, None]], key: Key, reason: str) -> list[str]:
@@ -952,14 +957,16 @@ class Ledger:
             return None
         where = "its allowed clusters" if w.allowed else "reachable clusters"
         message = f"none of {where} reports {w.device_class} devices"
+        reason = PlacementReason.NO_CLUSTER_HAS_DEVICE_CLASS
         with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
             if next(most, None) is not None:  # there are some: their nodes are too small
+                reason = PlacementReason.NO_NODE_HOLDS_A_POD
                 message = (
                     f"no {w.device_class} node of {where} holds a pod of a {w.per_worker}-device "
                     f"worker: split over at most {MAX_NODES_PER_WORKER} nodes, a pod needs "
                     f"{smallest_pod(w.per_worker)} devices"
                 )
-        return Placement(workload_id, w.replicas, w.digest, {}, {}, message)
+        return Placement(workload_id, w.replicas, w.digest, {}, {}, message, reason)
 
     def record_placement(self, placement: Placement) -> list[str]:
         """Apply placement's change once the hub has made it (its events are then skipped);

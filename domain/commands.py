@@ -181,6 +181,7 @@ class DecideAdmission(Command):
     devices: int = Field(ge=0)
     reason: str | None
     evidence: dict[str, int]
+    blocker: str | None = None
 
     @classmethod
     def of(cls, d: Decision, command_id: str, correlation_id: str | None) -> DecideAdmission:
@@ -200,6 +201,7 @@ class PlaceWorkload(Command):
     shares: dict[str, int]
     previous: dict[str, int]
     message: str | None = None
+    reason: str | None = None
 
     @classmethod
     def of(cls, p: Placement, command_id: str, correlation_id: str | None) -> PlaceWorkload:

@@ -262,8 +262,10 @@ class Deployment(Aggregate):
         reason: AdmissionReason | None,
         evidence: dict[str, int],
         devices: int = 0,
+        blocker: str | None = None,
     ) -> None:
-        """Admit with `devices` granted, or leave pending with a reason. Admitted with a reason:
+        """Admit with `devices` granted, or leave pending with a reason (`blocker`: the older
+        deployment it waits behind, when it does). Admitted with a reason:
         granted in part, the rest waits for quota or capacity. Admitting a deployment that is
         placed or running changes only its grant (it scaled): its phase stays. A new
         generation waiting for the previous one keeps the grant the previous one had: the new
@@ -302,7 +304,13 @@ class Deployment(Aggregate):
         if phase is not self.admission_phase:
             self._check_transition(phase)
         self._record(
-            AdmissionDecided, cause, phase=phase, reason=reason, evidence=evidence, devices=devices
+            AdmissionDecided,
+            cause,
+            phase=phase,
+            reason=reason,
+            evidence=evidence,
+            devices=devices,
+            blocker=blocker,
         )
 
     def delete(self, cause: Cause) -> None:
@@ -516,6 +524,7 @@ class AdmissionDecided(Event):
     reason: AdmissionReason | None
     evidence: dict[str, int]
     devices: int = 0  # granted by this admission
+    blocker: str | None = None  # the older deployment it waits behind, if it does
 
     def apply(self, d: Any) -> None:
         d.admission_phase, d.admission_reason = self.phase, self.reason

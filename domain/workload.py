@@ -6,10 +6,18 @@ and its id is never given to another workload.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
 from wingsmith.domain.values import ServingConfig
+
+
+class PlacementReason(StrEnum):
+    """Why placement found nowhere to go."""
+
+    NO_CLUSTER_HAS_DEVICE_CLASS = "no_cluster_has_device_class"  # none it may use reports it
+    NO_NODE_HOLDS_A_POD = "no_node_holds_a_pod"  # some do, but their nodes are too small
 
 
 class Workload(Aggregate):
@@ -24,6 +32,7 @@ class Workload(Aggregate):
     engine_args: tuple[str, ...]  # what the workload's deployments start with
     deployments: dict[str, str]  # cluster id -> deployment key
     unplaced: str | None  # why placement found nowhere to go, until it does
+    unplaced_reason: PlacementReason | None  # ... as a reason
     deleted: bool
 
     @classmethod
@@ -89,11 +98,13 @@ class Workload(Aggregate):
             DeploymentAttached, cause, cluster_id=cluster_id, deployment_key=deployment_key
         )
 
-    def defer_placement(self, cause: Cause, message: str) -> None:
+    def defer_placement(
+        self, cause: Cause, message: str, reason: PlacementReason | None = None
+    ) -> None:
         """Placement found no cluster to go to; it tries again when one appears."""
         self.check_not_deleted()
-        if message != self.unplaced:
-            self._record(PlacementDeferred, cause, message=message)
+        if (message, reason) != (self.unplaced, self.unplaced_reason):
+            self._record(PlacementDeferred, cause, message=message, reason=reason)
 
     def delete(self, cause: Cause) -> None:
         """The workload is gone for good; its deployments are deleted with it (by the
@@ -133,6 +144,7 @@ class WorkloadCreated(Created):
         workload.engine_args = self.engine_args
         workload.deployments = {}
         workload.unplaced = None
+        workload.unplaced_reason = None
         workload.deleted = False
 
 
@@ -167,14 +179,15 @@ class DeploymentAttached(Event):
 
     def apply(self, workload: Any) -> None:
         workload.deployments = {**workload.deployments, self.cluster_id: self.deployment_key}
-        workload.unplaced = None
+        workload.unplaced = workload.unplaced_reason = None
 
 
 class PlacementDeferred(Event):
     message: str
+    reason: PlacementReason | None = None  # none in events recorded before reasons were
 
     def apply(self, workload: Any) -> None:
-        workload.unplaced = self.message
+        workload.unplaced, workload.unplaced_reason = self.message, self.reason
 
 
 class WorkloadDeleted(Event):

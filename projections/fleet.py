@@ -603,6 +603,7 @@ class QuotaUse(_Holdings[v.QuotaUseRow]):
 class AdmissionDetails(TypedDict, total=False):
     evidence: dict[str, int]
     message: str
+    blocker: str
 
 
 # the fields of a deployment's health that its events set one by one
@@ -631,7 +632,8 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     name = v.DEPLOYMENT_HEALTH.name
     # 2: the last decision's evidence stays in every phase after it; 3: grants, replicas
-    # waiting, and the reason part of a grant waits for, kept while placed and running
+    # waiting, and the reason part of a grant waits for, kept while placed and running; the
+    # project, device class and the blocker a deployment waits behind (for explain)
     version = 3
 
     def __init__(self) -> None:
@@ -648,6 +650,8 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
             "deployment_id": deployment_id,
             "workload_id": e["workload_id"],
             "cluster_id": e["cluster_id"],
+            "project": e["project"],
+            "device_class": e["device_class"],
             "desired_replicas": e["desired_replicas"],
             "ready_replicas": 0,
             "enabled": True,
@@ -697,7 +701,10 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
 
     @handles(AdmissionDecided)
     def _decided(self, deployment_id: str, e: E) -> Keys:
-        admission = self._admission(e["phase"], e["reason"], e, evidence=e["evidence"])
+        details: AdmissionDetails = {"evidence": e["evidence"]}
+        if e.get("blocker"):
+            details["blocker"] = e["blocker"]
+        admission = self._admission(e["phase"], e["reason"], e, **details)
         self._set(deployment_id, "granted_devices", e.get("devices", 0))
         return self._set(deployment_id, "admission", admission)
 
@@ -730,6 +737,8 @@ class DeploymentHealth(Projection[v.DeploymentHealthView]):
         was = self.views[deployment_id]["admission"]
         if phase in HOLDS and was["phase"] in HOLDS and was["reason"] in PARTIAL:
             reason = was["reason"]
+            if (blocker := was.get("blocker")) is not None:  # it still waits behind it
+                details["blocker"] = blocker
         if (evidence := was.get("evidence")) is not None:
             details["evidence"] = evidence
         if message is not None:
@@ -1008,6 +1017,7 @@ class Workloads(Projection[v.WorkloadView]):
     did). For listing and reading workloads without the event store."""
 
     name = v.WORKLOADS.name
+    version = 2  # 2: unplaced_reason
 
     @handles(WorkloadCreated)
     def _created(self, workload_id: str, e: E) -> Keys:
@@ -1024,6 +1034,7 @@ class Workloads(Projection[v.WorkloadView]):
             "engine_args": list(e.get("engine_args", ())),
             "deployments": {},
             "unplaced": None,
+            "unplaced_reason": None,
             "created_at": e["timestamp"],
             "updated_at": e["timestamp"],
         }
@@ -1046,11 +1057,11 @@ class Workloads(Projection[v.WorkloadView]):
         view = self.views.get(workload_id)
         if view is not None:
             view["deployments"][e["cluster_id"]] = e["deployment_key"]
-        return self._set(workload_id, e, unplaced=None)
+        return self._set(workload_id, e, unplaced=None, unplaced_reason=None)
 
     @handles(PlacementDeferred)
     def _deferred(self, workload_id: str, e: E) -> Keys:
-        return self._set(workload_id, e, unplaced=e["message"])
+        return self._set(workload_id, e, unplaced=e["message"], unplaced_reason=e.get("reason"))
 
     @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:

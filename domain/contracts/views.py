@@ -83,13 +83,15 @@ class QuotaUseRow(TypedDict):
 class Admission(TypedDict):
     """Where admission has a deployment, why, and since when; `evidence`: the numbers its last
     decision was made on, in that phase and every phase the cluster moves it to after (placed,
-    running, failed); `message` after a failure."""
+    running, failed); `message` after a failure; `blocker`: the older deployment it waits
+    behind in its queue, when it does (`evidence.queue_position` is its place there)."""
 
     phase: str
     reason: str | None
     since: str
     evidence: NotRequired[dict[str, int]]
     message: NotRequired[str]
+    blocker: NotRequired[str]
 
 
 class StatusCondition(TypedDict):
@@ -126,6 +128,8 @@ class DeploymentHealthView(TypedDict):
     deployment_id: str
     workload_id: str
     cluster_id: str
+    project: str
+    device_class: str
     desired_replicas: int
     ready_replicas: int
     enabled: bool
@@ -211,6 +215,7 @@ class WorkloadView(TypedDict):
     engine_args: list[str]
     deployments: dict[str, str]  # cluster id -> deployment id
     unplaced: str | None
+    unplaced_reason: str | None  # no_cluster_has_device_class, no_node_holds_a_pod
     created_at: str
     updated_at: str
 
@@ -290,6 +295,7 @@ class Workload(TypedDict):
     engine_args: list[str]
     deployments: list[Placement]
     unplaced: str | None
+    unplaced_reason: str | None
     created_at: str
     updated_at: str
     phase: str
@@ -323,6 +329,48 @@ class WorkloadList(TypedDict):
 
 class DeploymentList(TypedDict):
     deployments: list[Deployment]
+
+
+class Amount(TypedDict):
+    """Replicas, and the devices they take."""
+
+    replicas: int
+    devices: int
+
+
+class Constraint(TypedDict):
+    """What binds: a reason, a sentence with its numbers, and the numbers. `blocker`: the older
+    deployment ahead in the queue; `nodes_free`: free devices per node of its cluster and
+    class; `reported` and `did_you_mean`: the classes the fleet reports, and those close to
+    the one asked for."""
+
+    reason: str
+    message: str
+    numbers: dict[str, int]
+    blocker: NotRequired[str]
+    nodes_free: NotRequired[dict[str, int]]
+    reported: NotRequired[list[str]]
+    did_you_mean: NotRequired[list[str]]
+
+
+class Explanation(TypedDict):
+    """`/v1/deployments/{ref}/explain` (domain/explain.py): what a deployment wants, holds and
+    waits for, what binds it, and what change would unblock it (empty when nothing waits). A
+    workload that placement found nowhere to go is explained without a deployment."""
+
+    deployment_id: str | None
+    workload_id: str
+    cluster_id: str | None
+    project: str
+    device_class: str
+    phase: str
+    wants: Amount
+    holds: Amount
+    waiting: Amount
+    constraint: Constraint | None
+    blocked_by: NotRequired[Constraint]  # what the blocker waits for
+    unblock: list[str]
+    summary: str
 
 
 class DiscoveredList(TypedDict):

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar, cast
 from wingsmith.domain.contracts import views as v
 from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.domain.discovery import DiscoveryState
+from wingsmith.domain.explain import Around, explain, explain_unplaced
 from wingsmith.domain.values import is_name
 from wingsmith.services.api.problems import Problem
 
@@ -185,6 +186,47 @@ def deployments(
         for d in _sorted(_all(views, v.DEPLOYMENT_HEALTH), "deployment_id")
         if workload in (None, d["workload_id"]) and cluster in (None, d["cluster_id"])
     ]
+
+
+def explanation(views: Views, ref: str) -> v.Explanation:
+    """Why a deployment waits and what would unblock it (domain/explain.py); `ref` as for a
+    deployment, or a workload placement found nowhere to go (it has no deployment)."""
+    parent = _get(views, v.WORKLOADS, ref)
+    if parent is not None and not parent["deployments"] and parent["unplaced"]:
+        return explain_unplaced(parent, reported_classes(views))
+    return _explained(views, deployment_id(views, ref), blockers=1)
+
+
+def _explained(views: Views, key: str, blockers: int) -> v.Explanation:
+    """One deployment explained, with its blocker's explanation (`blockers` deep) inside."""
+    health = _get(views, v.DEPLOYMENT_HEALTH, key)
+    if health is None:
+        raise Problem("not_found", f"no deployment {key!r}", field="ref")
+    blocker = health["admission"].get("blocker")
+    ahead = None
+    if blocker is not None and blockers and _get(views, v.DEPLOYMENT_HEALTH, blocker):
+        ahead = _explained(views, blocker, blockers - 1)
+    cluster_id, device_class = health["cluster_id"], health["device_class"]
+    nodes_free = {
+        node["node_id"]: node["free"]
+        for node in _all(views, v.CAPACITY_NODES)
+        if (node["cluster_id"], node["device_class"]) == (cluster_id, device_class)
+    }
+    found = _get(views, v.CLUSTERS, cluster_id)
+    around = Around(
+        nodes_free=dict(sorted(nodes_free.items())),
+        cluster_classes=[c for c, n in (found["devices"] if found else {}).items() if n > 0],
+        reported=reported_classes(views),
+        blocker=ahead,
+    )
+    return explain(health, around)
+
+
+def reported_classes(views: Views) -> list[str]:
+    """The device classes some cluster's inventory reports."""
+    return sorted(
+        {c for found in _all(views, v.CLUSTERS) for c, n in found["devices"].items() if n}
+    )
 
 
 def workload(views: Views, key: str) -> v.Workload:

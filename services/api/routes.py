@@ -328,6 +328,20 @@ async def list_deployments(
 
 
 @router.get(
+    "/deployments/{ref:path}/explain",
+    tags=["deployments"],
+    **_reads(v.Explanation, AMBIGUOUS_PROBLEMS),
+)
+async def explain_deployment(request: Request, ref: Ref) -> v.Explanation:
+    """What the deployment wants, holds and waits for; the constraint that binds it, with its
+    numbers (quota, free devices per node, the blocker ahead of it and its place in the
+    queue); and what change would unblock it. A workload that placement found nowhere to go
+    (a device class no cluster reports) is explained without a deployment. Declared before
+    `GET /deployments/{ref}`, whose path would take `…/explain` for a reference."""
+    return r.explanation(_views(request), ref)
+
+
+@router.get(
     "/deployments/{ref:path}", tags=["deployments"], **_reads(v.Deployment, AMBIGUOUS_PROBLEMS)
 )
 async def get_deployment(request: Request, ref: Ref) -> v.Deployment:

@@ -376,6 +376,50 @@ async def _deployment_action(api: ApiClient, args: argparse.Namespace) -> str:
     return _out(args, await api.call(method, path, body), _fields)
 
 
+async def _explain(api: ApiClient, args: argparse.Namespace) -> str:
+    found = await api.call("GET", f"/v1/deployments/{args.ref}/explain")
+    return _out(args, found, explanation_text)
+
+
+def explanation_text(e: v.Explanation) -> str:
+    """An explanation as a person reads it: what it is, wants, holds and waits for, why, with
+    the numbers, and what would unblock it."""
+    what = e["deployment_id"] or f"workload {e['workload_id']} (not placed)"
+    lines = [
+        f"{what}: {e['summary']}",
+        f"  project {e['project']}, device class {e['device_class']}, phase {e['phase']}",
+        f"  wants {_amount(e['wants'])}; holds {_amount(e['holds'])}; "
+        f"waiting {_amount(e['waiting'])}",
+    ]
+    constraint = e["constraint"]
+    if constraint is not None:
+        lines += _constraint("why", constraint)
+    if "blocked_by" in e:
+        lines += _constraint("ahead of it", e["blocked_by"])
+    if e["unblock"]:
+        lines.append("to unblock it:")
+        lines += [f"  - {change}" for change in e["unblock"]]
+    return "\n".join(lines)
+
+
+def _amount(amount: v.Amount) -> str:
+    return f"{amount['replicas']} replicas ({amount['devices']} devices)"
+
+
+def _constraint(title: str, c: v.Constraint) -> list[str]:
+    lines = [f"{title}: {c['reason']}: {c['message']}"]
+    if c["numbers"]:
+        lines.append("  " + ", ".join(f"{k}={n}" for k, n in c["numbers"].items()))
+    if "nodes_free" in c:
+        free = ", ".join(f"{node}={n}" for node, n in c["nodes_free"].items())
+        lines.append(f"  free per node: {free}")
+    if c.get("did_you_mean"):
+        lines.append(f"  did you mean: {', '.join(c.get('did_you_mean', []))}")
+    if "reported" in c:
+        lines.append(f"  reported: {', '.join(c['reported']) or 'none'}")
+    return lines
+
+
 # Discovered models
 
 
@@ -577,6 +621,10 @@ def _deployments(cli: _Nouns) -> None:
     listed.add_argument("--cluster")
     got = cli.verb(deployments, "get", _get, "one deployment", collection="/v1/deployments")
     got.add_argument("ref", help="an id (llama--east) or llama/east, or a workload's name")
+    explained = cli.verb(
+        deployments, "explain", _explain, "why it waits, in numbers, and what would unblock it"
+    )
+    explained.add_argument("ref", help="a deployment, or a workload not placed anywhere")
     for action, help in (("enable", "reconcile it again"), ("disable", "scale it to zero")):
         cli.verb(deployments, action, _deployment_action, help, action=action).add_argument("ref")
     promote = cli.verb(

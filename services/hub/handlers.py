@@ -7,7 +7,7 @@ commands against cached aggregates and save them all in one transaction.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol, TypeVar
 
 from wingsmith.domain import commands as c
@@ -27,11 +27,12 @@ from wingsmith.domain.deployment import (
     Authority,
     Deployment,
 )
+from wingsmith.domain.device_classes import check_device_class
 from wingsmith.domain.discovery import Discovery, Sighting
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Known, Replica, Roster, reconcile
 from wingsmith.domain.values import ResourceRef, ServingConfig
-from wingsmith.domain.workload import Workload
+from wingsmith.domain.workload import PlacementReason, Workload
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -40,6 +41,10 @@ class Repository(Protocol):
     def get(self, cls: type[A], key: str) -> A | None: ...
 
     def add(self, aggregate: Aggregate) -> None: ...
+
+    def reported_device_classes(self) -> Collection[str]:
+        """The device classes some cluster's latest inventory reports."""
+        ...
 
 
 def _require(repo: Repository, cls: type[A], key: str, field: str) -> A:
@@ -87,7 +92,9 @@ def report_inventory(repo: Repository, cmd: c.ReportInventory, cause: Cause) -> 
 
 def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> dict[str, Any]:
     _check_unused(repo, cmd.workload_id)
-    _require(repo, Project, cmd.project, "project")
+    project = _require(repo, Project, cmd.project, "project")
+    if cmd.device_class not in project.quota:  # a class with a quota is known: no look-up
+        check_device_class(cmd.device_class, repo.reported_device_classes(), project.quota)
     for cluster in [cmd.cluster] if cmd.cluster is not None else cmd.clusters or ():
         _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
     workload = Workload.create(
@@ -188,7 +195,8 @@ def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict
     if (workload.replicas, workload.serving_digest) != (cmd.replicas, cmd.serving_digest):
         raise StalePlacement("the workload changed since placement looked", field="replicas")
     if not cmd.shares:
-        workload.defer_placement(cause, cmd.message or "no cluster to place it on")
+        reason = None if cmd.reason is None else PlacementReason(cmd.reason)
+        workload.defer_placement(cause, cmd.message or "no cluster to place it on", reason)
     for cluster_id, share in cmd.shares.items():
         key = workload.deployments.get(cluster_id)
         if key is None:
@@ -260,6 +268,7 @@ def decide_admission(repo: Repository, cmd: c.DecideAdmission, cause: Cause) -> 
         reason=None if cmd.reason is None else AdmissionReason(cmd.reason),
         evidence=dict(cmd.evidence),
         devices=cmd.devices,
+        blocker=cmd.blocker,
     )
     return _deployment_result(deployment) | {
         "admission_phase": deployment.admission_phase.value,

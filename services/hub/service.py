@@ -34,6 +34,7 @@ from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
 from wingsmith.domain.contracts.replies import Done, EventRef, Refused, Result
 from wingsmith.domain.receipt import CommandReceipt
 from wingsmith.services.hub.backpressure import Backpressure
+from wingsmith.services.hub.classes import ReportedClasses
 from wingsmith.services.hub.handlers import HANDLERS
 from wingsmith.services.wire import duplicate_key
 
@@ -186,8 +187,11 @@ class UnitOfWork:
     mark per command so a refused command's changes can be undone without losing the batch's
     earlier commands."""
 
-    def __init__(self, store: EventStore, cache: LRU) -> None:
+    def __init__(
+        self, store: EventStore, cache: LRU, classes: ReportedClasses | None = None
+    ) -> None:
         self.store, self.cache = store, cache
+        self.classes = ReportedClasses() if classes is None else classes
         self.touched: dict[str, Aggregate] = {}
         self._events: list[Event] = []
         self._event_mark = 0
@@ -208,6 +212,9 @@ class UnitOfWork:
         assert isinstance(aggregate, cls), f"{agg_id} is a {type(aggregate).__name__}"
         self._touch(aggregate)
         return aggregate
+
+    def reported_device_classes(self) -> frozenset[str]:
+        return self.classes.read(self.store)
 
     def add(self, aggregate: Aggregate) -> None:
         self._events += aggregate.pending
@@ -293,10 +300,11 @@ class Executor:
         self.store = store
         self.cache = LRU(cache_size)
         self.receipts = LRU(cache_size)
+        self.classes = ReportedClasses()
         self.conflicts = 0  # saves another writer beat us to
 
     def execute(self, batch: list[Submission]) -> tuple[list[bytes], list[Notification]]:
-        uow = UnitOfWork(self.store, self.cache)
+        uow = UnitOfWork(self.store, self.cache, self.classes)
         firsts: dict[str, int] = {}
         outcomes: list[Outcome | int] = []
         for i, sub in enumerate(batch):
@@ -426,7 +434,7 @@ class Executor:
                 replies.append(_BROKEN_CHAIN)
                 continue
             for _ in range(CONFLICT_RETRIES):
-                uow = UnitOfWork(self.store, self.cache)
+                uow = UnitOfWork(self.store, self.cache, self.classes)
                 outcome = self._decide(uow, sub, check_store=True)
                 try:
                     notifications += self.store.save(uow.events())

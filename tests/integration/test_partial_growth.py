@@ -41,7 +41,7 @@ async def test_scaling_past_quota_runs_what_fits_and_the_rest_waits_saying_why(
 
             async def told() -> dict[str, Any] | None:
                 view = await health(client, "chat--east")
-                return view if view["waiting_replicas"] == 2 else None
+                return view if view.get("waiting_replicas") == 2 else None
 
             await wait_for(told, 30, "the two replicas past the quota to wait")
             told_after = loop.time() - scaled_at

@@ -257,6 +257,7 @@ def test_a_younger_deployment_that_would_fit_waits_behind_one_short_of_capacity(
     [small] = fleet.deployment("small", 1)  # 2 devices are free, but big came first
     assert verdict([small]) == [("small", False, 0, "insufficient_capacity")]
     assert small.evidence["queue_position"] == 2
+    assert small.blocker == "big"  # named, for explain
     assert verdict(fleet.event("DeploymentScaled", "a", desired_replicas=1)) == [
         ("a", True, 1, None),
         ("big", True, 3, None),
@@ -506,6 +507,7 @@ def test_with_no_candidate_placement_says_why_and_tries_again_when_one_appears()
         {},
         "none of reachable clusters reports H100 devices",
     )
+    assert deferred.reason == "no_cluster_has_device_class"
     fleet.inventory("east", 0)  # no devices: still no candidate, and nothing said twice
     assert len(fleet.placed) == 1
     assert verdict(fleet.inventory("east", 4)) == [("llm--east", True, 2, None)]

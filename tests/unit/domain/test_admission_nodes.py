@@ -327,3 +327,4 @@ def test_placement_leaves_out_clusters_whose_nodes_hold_no_pod_of_a_worker() -> 
     [deferred] = fleet.placed
     assert deferred.shares == {}
     assert deferred.message is not None and "a pod needs 509 devices" in deferred.message
+    assert deferred.reason == "no_node_holds_a_pod"

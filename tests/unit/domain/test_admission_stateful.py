@@ -107,6 +107,9 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert isinstance(aggregate, Deployment)
         self.deployments.append(aggregate)
 
+    def reported_device_classes(self) -> set[str]:
+        return {node.device_class for c in self.clusters.values() for node in c.nodes}
+
     def place(self, p: Placement) -> None:
         place_workload(self, PlaceWorkload.of(p, "c", None), plane())
         touched = [self.workloads[p.workload_id], *self.deployments]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from wingsmith.domain.base import Aggregate, Cause, Writer
 from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
-from wingsmith.domain.workload import Workload
+from wingsmith.domain.workload import PlacementReason, Workload
 from wingsmith.projections.base import Fold, Projection
 from wingsmith.projections.fleet import Clusters, Workloads
 
@@ -53,9 +53,14 @@ def test_a_workload_as_declared_placed_and_deleted() -> None:
         allowed_clusters=("east", "west"),
         engine_args=("--enforce-eager",),
     )
-    w.defer_placement(at(1), "none of its allowed clusters reports H100 devices")
+    w.defer_placement(
+        at(1),
+        "none of its allowed clusters reports H100 devices",
+        PlacementReason.NO_CLUSTER_HAS_DEVICE_CLASS,
+    )
     given.flush(w)
     assert given.projection.views["chat"]["unplaced"] is not None
+    assert given.projection.views["chat"]["unplaced_reason"] == "no_cluster_has_device_class"
     w.attach_deployment(at(2), "east", "chat--east")
     w.scale(at(3), 4)
     given.flush(w)
@@ -72,6 +77,7 @@ def test_a_workload_as_declared_placed_and_deleted() -> None:
             "engine_args": ["--enforce-eager"],
             "deployments": {"east": "chat--east"},
             "unplaced": None,
+            "unplaced_reason": None,
             "created_at": stamp(0),
             "updated_at": stamp(3),
         }

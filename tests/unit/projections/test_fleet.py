@@ -258,6 +258,8 @@ def test_the_last_admission_decisions_evidence_stays_in_every_phase_after_it() -
     created = {
         "workload_id": "w",
         "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
         "desired_replicas": 2,
         "authority": "managed",
         "serving_digest": "d1",
@@ -280,3 +282,34 @@ def test_the_last_admission_decisions_evidence_stays_in_every_phase_after_it() -
         evidence,
     )
     assert event("FailureCleared")["evidence"] == evidence
+
+
+def test_a_deployment_behind_a_blocker_keeps_its_name_while_part_of_it_waits() -> None:
+    fold = Fold([DeploymentHealth()])
+    positions = iter(range(1, 100))
+    at = "2026-12-04T10:00:00+00:00"
+
+    def event(event_type: str, **body: object) -> dict[str, object]:
+        fold.apply(next(positions), event_type, "w--east", body | {"timestamp": at})
+        view: dict[str, object] = fold.projections[0].views["w--east"]
+        return view
+
+    created = {
+        "workload_id": "w",
+        "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
+        "desired_replicas": 2,
+        "authority": "managed",
+        "serving_digest": "d1",
+        "serving": {"devices_per_replica": 1},
+        "engine_args": [],
+        "imported_args": None,
+    }
+    view = event("DeploymentCreated", **created)
+    assert (view["project"], view["device_class"]) == ("p", "H100")
+    evidence = {"wanted": 2, "granted": 1, "waiting": 1, "queue_position": 2}
+    decided = {"phase": "admitted", "reason": "insufficient_quota", "evidence": evidence}
+    view = event("AdmissionDecided", **decided, devices=1, blocker="big--east")
+    assert view["admission"]["blocker"] == "big--east"  # type: ignore[index]
+    assert event("DeploymentPlaced")["admission"]["blocker"] == "big--east"  # type: ignore[index]

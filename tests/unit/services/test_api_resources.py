@@ -173,3 +173,81 @@ def test_a_hub_error_becomes_a_problem_naming_the_requests_field() -> None:
     body = problem.body("/v1/workloads/x/scale")
     assert (body["status"], body["field"], body["known"]) == (404, "ref", ["a"])
     assert body["type"] == "https://wingsmith.dev/problems/not_found"
+
+
+def waiting(deployment_id: str, **admission: Any) -> dict[str, Any]:
+    """A deployment on east granted 2 of the 4 one-device replicas it wants."""
+    return {
+        "deployment_id": deployment_id,
+        "workload_id": deployment_id.split("--")[0],
+        "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
+        "desired_replicas": 4,
+        "enabled": True,
+        "authority": "managed",
+        "devices_per_replica": 1,
+        "granted_devices": 2,
+        "waiting_replicas": 2,
+        "admission": {"phase": "running", "since": "t"} | admission,
+    }
+
+
+EXPLAINED = Views(
+    workloads={
+        "big": {"workload_id": "big", "deployments": {"east": "big--east"}, "unplaced": None},
+        "small": {"workload_id": "small", "deployments": {"east": "small--east"}},
+        "typo": {
+            "workload_id": "typo",
+            "project": "p",
+            "device_class": "H10",
+            "replicas": 1,
+            "serving": {"devices_per_replica": 1},
+            "deployments": {},
+            "unplaced": "none of reachable clusters reports H10 devices",
+            "unplaced_reason": "no_cluster_has_device_class",
+        },
+    },
+    deployment_health={
+        "big--east": waiting(
+            "big--east",
+            reason="insufficient_capacity",
+            evidence={"wanted": 4, "capacity": 4, "held_in_cluster": 2, "granted": 2},
+        ),
+        "small--east": waiting(
+            "small--east",
+            reason="insufficient_capacity",
+            evidence={"wanted": 4, "queue_position": 2, "granted": 2},
+            blocker="big--east",
+        ),
+    },
+    capacity_nodes={
+        "east.H100.n1": {"cluster_id": "east", "device_class": "H100", "node_id": "n1", "free": 0},
+        "west.H100.n1": {"cluster_id": "west", "device_class": "H100", "node_id": "n1", "free": 8},
+    },
+    clusters={
+        "east": {"cluster_id": "east", "devices": {"H100": 4}},
+        "west": {"cluster_id": "west", "devices": {"H100": 8, "L4": 0}},
+    },
+)
+
+
+def test_an_explanation_takes_its_clusters_nodes_and_its_blockers_own() -> None:
+    big = r.explanation(EXPLAINED, "big")
+    assert big["constraint"] is not None
+    assert big["constraint"].get("nodes_free") == {"n1": 0}  # east's, not west's
+    assert big["unblock"][0] == "free 2 H100 devices on cluster east, or add nodes"
+    small = r.explanation(EXPLAINED, "small/east")
+    assert small["constraint"] is not None and small["constraint"].get("blocker") == "big--east"
+    assert small["unblock"][1] == "for big--east: free 2 H100 devices on cluster east, or add nodes"
+
+
+def test_a_workload_placed_nowhere_is_explained_and_an_unknown_ref_is_not_found() -> None:
+    typo = r.explanation(EXPLAINED, "typo")
+    assert typo["constraint"] is not None
+    assert typo["constraint"]["reason"] == "no_cluster_has_device_class"
+    assert typo["constraint"].get("reported") == ["H100"]  # L4: no devices
+    assert typo["constraint"].get("did_you_mean") == ["H100"]
+    with pytest.raises(Problem) as missing:
+        r.explanation(EXPLAINED, "nothing")
+    assert (missing.value.status, missing.value.code) == (404, "not_found")

@@ -214,3 +214,39 @@ def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
     assert text.splitlines()[1].split()[5] == "1"  # WAITING
     assert "ImagePullBackOff (1 pod), Rejected: " + "x" * 79 + "…" in text
     assert "denied" not in text  # a transient one shows its pods; the message is in --json
+
+
+def test_deployments_explain_prints_the_constraint_its_numbers_and_the_way_out() -> None:
+    from wingsmith.domain.contracts.views import Explanation
+    from wingsmith.services.cli.client import explanation_text
+
+    explained = {
+        "deployment_id": "chat--east",
+        "workload_id": "chat",
+        "cluster_id": "east",
+        "project": "p",
+        "device_class": "H100",
+        "phase": "running",
+        "wants": {"replicas": 5, "devices": 5},
+        "holds": {"replicas": 4, "devices": 4},
+        "waiting": {"replicas": 1, "devices": 1},
+        "constraint": {
+            "reason": "insufficient_quota",
+            "message": "project p's quota for H100 is 4",
+            "numbers": {"quota": 4, "quota_needed": 5},
+        },
+        "unblock": ["raise project p's quota for H100 to at least 5"],
+        "summary": "waits for quota: 1 replicas",
+    }
+    text = explanation_text(cast("Explanation", explained))
+    assert text.splitlines()[0] == "chat--east: waits for quota: 1 replicas"
+    assert "wants 5 replicas (5 devices); holds 4 replicas (4 devices)" in text
+    assert "why: insufficient_quota: project p's quota for H100 is 4" in text
+    assert "quota=4, quota_needed=5" in text
+    assert text.splitlines()[-1] == "  - raise project p's quota for H100 to at least 5"
+
+
+def test_deployments_explain_parses_to_its_coroutine() -> None:
+    argv = ["deployments", "explain", "chat--east", "--json"]
+    args = build_parser(chosen_command(argv)).parse_args(argv)
+    assert asyncio.iscoroutinefunction(args.run) and (args.ref, args.json) == ("chat--east", True)

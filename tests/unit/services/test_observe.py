@@ -33,6 +33,11 @@ class Repo:
     def add(self, aggregate: Aggregate) -> None:
         self.items[(type(aggregate), aggregate.key)] = aggregate
 
+    def reported_device_classes(self) -> set[str]:
+        """What the clusters it holds report, as the hub's index would say."""
+        clusters = (a for (cls, _), a in self.items.items() if cls is Cluster)
+        return {node.device_class for c in clusters for node in c.nodes}
+
 
 def admitted_deployment() -> Deployment:
     d = Deployment.create(
