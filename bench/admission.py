@@ -60,7 +60,7 @@ class Fleet:
         self.position = 0
         self.clusters, self.projects = clusters, projects
         self.replicas: list[tuple[str, str]] = []  # (replica id, deployment id)
-        self.decisions = self.placements = 0
+        self.decisions = self.placements = self.partial = 0  # partial: granted in part
         self.unreachable: set[int] = set()
         for c in range(clusters):  # its operator speaks first: placement chooses it then
             self.event("OperatorConnected", f"c{c}", operator={})
@@ -87,8 +87,9 @@ class Fleet:
             self.decide(self.ledger.record_placement(placement))
 
     def decide(self, candidates: list[str]) -> None:
-        for _ in self.ledger.decide_all(candidates):
+        for decision in self.ledger.decide_all(candidates):
             self.decisions += 1
+            self.partial += decision.admitted and decision.reason is not None
             self.own_events(1)
 
     def own_events(self, count: int) -> None:
@@ -208,7 +209,8 @@ def main() -> None:
             f"{clusters:>6,} clusters {workloads:>7,} workloads x {copies:>3}: built and warmed "
             f"in {built:.1f} s; in the last fleet {len(fleet.deployments):,} deployments, "
             f"{waiting:,} waiting, {fleet.placements:,} placements, {fleet.decisions:,} "
-            f"decisions; {best * 1e6:6.2f} µs per event (best of {args.rounds} rounds, "
+            f"decisions ({fleet.partial:,} granting in part); {best * 1e6:6.2f} µs per event "
+            f"(best of {args.rounds} rounds, "
             f"{workloads * copies:,} events)"
         )
     print(f"admission_cost_ratio={costs[-1] / costs[0]:.3f}")
