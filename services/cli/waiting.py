@@ -81,9 +81,10 @@ def failures(deployments: Sequence[v.Deployment]) -> frozenset[tuple[str, str]]:
 def readiness(
     workload: v.Workload, deployments: Sequence[v.Deployment], before: Failures = ()
 ) -> Readiness:
-    """Ready once placement shares all the replicas wanted and every deployment with a share has
+    """Ready once placement shares all the replicas wanted, every deployment with a share has
     exactly its share ready on the workload's serving digest (a scale down is done once the
-    replicas beyond it have stopped). A failure not in `before` ends the wait."""
+    replicas beyond it have stopped), and the workload's phase says `running` too. A failure
+    not in `before` ends the wait."""
     digest, wanted = workload["serving_digest"], workload["replicas"]
     mine = {p["deployment_id"] for p in workload["deployments"]}
     shares = [d for d in deployments if d["deployment_id"] in mine and d["desired_replicas"] > 0]
@@ -97,21 +98,28 @@ def readiness(
             reasons.append(f"{d['cluster_id']}: {why}")
         if failure is None and _failed(d) and _key(d) not in before:
             failure = f"{d['cluster_id']}: {why}"
+    if not reasons and workload["phase"] != AdmissionPhase.RUNNING:  # its views lag a moment
+        reasons.append(f"phase {workload['phase']}, not running yet")
     return Readiness(ready, wanted, not reasons, tuple(reasons), failure)
 
 
 def why_not(d: v.Deployment, on_digest: int, digest: str) -> str | None:
     """Why the deployment does not have its share ready on `digest`; None when it does."""
     if _failed(d):
-        admission = d["admission"]
-        message = admission.get("message")
-        return f"failed: {admission['reason']}" + (f": {message}" if message else "")
+        message = d["admission"].get("message")
+        return f"failed: {d['admission']['reason']}" + (f": {message}" if message else "")
     desired = d["desired_replicas"]
     if on_digest == desired and d["enabled"] and not d["stale"]:
         return None
-    parts = [f"{on_digest}/{desired} ready"]
-    if not d["enabled"]:
-        parts.append("disabled")
+    parts = [f"{on_digest}/{desired} ready", *_held_back(d), *_config(d, digest)]
+    if on_digest > desired:
+        parts.append(f"{_replicas(on_digest - desired)} beyond its share to stop")
+    return ", ".join(parts)
+
+
+def _held_back(d: v.Deployment) -> list[str]:
+    """What keeps replicas from starting: the plane (disabled, admission) or the cluster."""
+    parts = [] if d["enabled"] else ["disabled"]
     if d["stale"]:
         parts.append("its cluster is unreachable (this is its last report)")
     if d["waiting_replicas"]:
@@ -119,14 +127,15 @@ def why_not(d: v.Deployment, on_digest: int, digest: str) -> str | None:
     elif d["admission"]["phase"] == AdmissionPhase.PENDING:
         parts.append(f"pending: {d['admission']['reason'] or AdmissionReason.AWAITING_ADMISSION}")
     status = d["status"]
-    parts += [_condition(c) for c in (status.get("conditions", []) if status else [])]
-    if d["serving_digest"] != digest:
-        parts.append("the new serving config has not reached it")
+    return parts + [_condition(c) for c in (status.get("conditions", []) if status else [])]
+
+
+def _config(d: v.Deployment, digest: str) -> list[str]:
+    """A rollout under way: the new config not there yet, or replicas still on an older one."""
+    parts = [] if d["serving_digest"] == digest else ["the new serving config has not reached it"]
     if older := sum(n for key, n in d["live_digests"].items() if key != digest):
         parts.append(f"{_replicas(older)} on an older serving config")
-    if on_digest > desired:
-        parts.append(f"{_replicas(on_digest - desired)} beyond its share to stop")
-    return ", ".join(parts)
+    return parts
 
 
 def waiting(d: v.Deployment) -> str:

@@ -43,7 +43,9 @@ def deployment(cluster: str = "east", **fields: Any) -> Any:
     return document | fields
 
 
-def workload(*deployments: Any, replicas: int = 3, unplaced: str | None = None) -> Any:
+def workload(
+    *deployments: Any, replicas: int = 3, unplaced: str | None = None, phase: str = "running"
+) -> Any:
     shares = [{"deployment_id": d["deployment_id"]} for d in deployments]
     return {
         "workload_id": "chat",
@@ -51,6 +53,7 @@ def workload(*deployments: Any, replicas: int = 3, unplaced: str | None = None) 
         "serving_digest": NEW,
         "deployments": shares,
         "unplaced": unplaced,
+        "phase": phase,
     }
 
 
@@ -61,6 +64,15 @@ def judged(*deployments: Any, replicas: int = 3, **given: Any) -> Readiness:
 def test_every_share_ready_on_the_current_digest_is_done() -> None:
     state = judged(deployment())
     assert (state.ready, state.wanted, state.done, state.reasons) == (3, 3, True, ())
+
+
+def test_ready_replicas_wait_for_the_workload_phase_to_say_so() -> None:
+    state = judged(deployment(), phase="placed")
+    assert (state.ready, state.done, state.reasons) == (
+        3,
+        False,
+        ("phase placed, not running yet",),
+    )
 
 
 def test_pods_that_exist_are_not_ready_replicas() -> None:
