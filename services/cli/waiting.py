@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason
+from wingsmith.domain.deployment import AdmissionPhase, AdmissionReason, Authority
 
 if TYPE_CHECKING:  # the API's documents, as types only: the command line starts without them
     from wingsmith.domain.contracts import views as v
@@ -118,13 +118,16 @@ def why_not(d: v.Deployment, on_digest: int, digest: str) -> str | None:
 
 
 def _held_back(d: v.Deployment) -> list[str]:
-    """What keeps replicas from starting: the plane (disabled, admission) or the cluster."""
+    """What keeps replicas from starting: the plane (disabled, observed, admission) or the
+    cluster."""
     parts = [] if d["enabled"] else ["disabled"]
+    if d["authority"] == Authority.OBSERVED:
+        parts.append("observed: the operator changes nothing of it until it is promoted")
     if d["stale"]:
         parts.append("its cluster is unreachable (this is its last report)")
     if d["waiting_replicas"]:
         parts.append(waiting(d))
-    elif d["admission"]["phase"] == AdmissionPhase.PENDING:
+    elif d["enabled"] and d["admission"]["phase"] == AdmissionPhase.PENDING:
         parts.append(f"pending: {d['admission']['reason'] or AdmissionReason.AWAITING_ADMISSION}")
     status = d["status"]
     return parts + [_condition(c) for c in (status.get("conditions", []) if status else [])]

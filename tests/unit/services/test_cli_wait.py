@@ -35,6 +35,7 @@ def deployment(cluster: str = "east", **fields: Any) -> Any:
         "replicas": pods(NEW, 3),
         "serving_digest": NEW,
         "enabled": True,
+        "authority": "managed",
         "stale": False,
         "status": {"phase": "ready", "ready_replicas": 3, "desired_replicas": 3},
         "waiting_replicas": 0,
@@ -197,6 +198,16 @@ def test_an_unreachable_clusters_last_report_is_not_taken_as_ready() -> None:
     state = judged(deployment(stale=True))
     assert not state.done
     assert "unreachable" in state.reasons[0]
+
+
+def test_a_disabled_or_observed_deployment_says_why_it_will_not_grow() -> None:
+    admission = {"phase": "pending", "reason": "disabled", "since": "t"}
+    disabled = deployment(enabled=False, ready_replicas=0, replicas=[], live_digests={})
+    assert judged(disabled | {"admission": admission}).reasons == ("east: 0/3 ready, disabled",)
+    observed = deployment(authority="observed", desired_replicas=4)
+    assert judged(observed, replicas=4).reasons == (
+        "east: 3/4 ready, observed: the operator changes nothing of it until it is promoted",
+    )
 
 
 def test_a_deployment_of_another_workload_is_not_counted() -> None:
