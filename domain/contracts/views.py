@@ -135,7 +135,7 @@ class DeploymentHealthView(TypedDict):
     enabled: bool
     degraded: bool
     status: ClusterStatus | None
-    live_digests: dict[str, int]  # serving digest -> ready replicas running it
+    live_digests: dict[str, int]  # serving digest -> replicas running it, ready or not
     authority: str
     generation: int
     serving_digest: str

@@ -2,7 +2,8 @@
 
 Each command is one API call (two for `serving` flags, which change the current config), printed
 as a table, as `key: value` lines for one resource, or as the API's JSON with `--json`. `--wait`
-follows a workload with a progress bar until its replicas are ready (or it is gone). The API is
+follows a workload with a progress bar until its replicas are ready on its current serving
+config, and exits 2 saying why when it gives up (services/cli/waiting.py). The API is
 found at WINGSMITH_API_URL (else where `wingsmith up` wrote it, else http://127.0.0.1:8080) and
 the token in WINGSMITH_API_TOKEN (else the one `wingsmith up` keeps in the data directory).
 """
@@ -10,7 +11,6 @@ the token in WINGSMITH_API_TOKEN (else the one `wingsmith up` keeps in the data 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -24,6 +24,7 @@ from wingsmith.domain.deployment import AdmissionPhase, Authority
 from wingsmith.domain.values import Backend, ServingMode
 from wingsmith.services.cli.podflags import add_pod_flags, pod_from
 from wingsmith.services.cli.terminal import Progress, table
+from wingsmith.services.cli.waiting import Readiness, Target, follow
 from wingsmith.services.config import API_TOKEN_FILE, API_URL_FILE, data_dir_from
 
 if TYPE_CHECKING:  # the API's documents, as types only: the command line starts without them
@@ -274,47 +275,40 @@ async def _delete(api: ApiClient, args: argparse.Namespace) -> str | None:
 async def _then_wait(
     api: ApiClient, args: argparse.Namespace, workload: v.Workload | Accepted
 ) -> str:
-    key = workload["result"]["workload_id"] if _accepted(workload) else workload["workload_id"]
     if args.wait:
-        workload = await wait_until_ready(api, key, args.timeout)
+        workload = await wait_until_ready(api, _target(workload), args.timeout)
     return _out(args, workload, _fields)
 
 
-async def wait_until_ready(api: ApiClient, key: str, timeout: float) -> v.Workload:
-    """Follow the workload until as many replicas as it asks for are ready on the serving config
-    it now has; a bar shows them, with each deployment's phase (and why it waits)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+def _target(answer: v.Workload | Accepted) -> Target:
+    """What the write asked for, as its answer says it; a 202's views do not show it yet."""
+    said = answer["result"] if _accepted(answer) else answer
+    key, replicas, digest = said["workload_id"], said["replicas"], said["serving_digest"]
+    return Target(key, replicas, digest, shown=not _accepted(answer))
+
+
+async def wait_until_ready(api: ApiClient, target: Target, timeout: float) -> v.Workload:
+    """Follow the workload until its replicas are ready on its current serving config
+    (services/cli/waiting.py); a bar shows them, with why the rest are not ready yet."""
+    key = target.workload_id
+
+    async def look() -> tuple[v.Workload | None, list[v.Deployment]]:
+        workload = await api.call("GET", f"/v1/workloads/{key}", none_if_missing=True)
+        if workload is None:  # not in the views yet, or deleted
+            return None, []
+        found = await api.call("GET", "/v1/deployments", params={"workload": key})
+        return workload, found["deployments"]
+
     bar = Progress(key, 1)
+
+    def show(state: Readiness) -> None:
+        bar.total = max(state.wanted, 1)
+        bar.update(state.ready, state.note)
+
     try:
-        while True:
-            workload: v.Workload | None
-            workload = await api.call("GET", f"/v1/workloads/{key}", none_if_missing=True)
-            if workload is None:  # accepted, and not in the views yet
-                await asyncio.sleep(0.5)
-                continue
-            wanted, digest = workload["replicas"], workload["serving_digest"]
-            ready = sum(d["live_digests"].get(digest, 0) for d in workload["deployments"])
-            note = ", ".join(map(_phase, workload["deployments"]))
-            note = note or workload["unplaced"] or workload["phase"]
-            bar.total = max(wanted, 1)
-            bar.update(ready, note)
-            if workload["phase"] == AdmissionPhase.RUNNING and ready >= wanted:
-                return workload
-            if workload["phase"] == AdmissionPhase.FAILED:
-                raise RuntimeError(f"workload {key} failed: {note}")
-            if loop.time() > deadline:
-                raise RuntimeError(f"workload {key} not ready after {timeout:.0f}s: {note}")
-            await asyncio.sleep(0.5)
+        return await follow(look, target, timeout, show)
     finally:
         bar.close()
-
-
-def _phase(deployment: v.Placement) -> str:
-    reason = deployment["admission_reason"]
-    return f"{deployment['cluster_id']} {deployment['admission_phase']}" + (
-        f" ({reason})" if reason else ""
-    )
 
 
 # Deployments
@@ -697,5 +691,10 @@ def _serving_flags(parser: argparse.ArgumentParser, *, file: str) -> None:
 
 
 def _wait_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--wait", action="store_true", help="follow it until ready (a bar)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow it until every replica is ready on its current serving config (a bar, "
+        "with why not yet); exit 2 with the reason at a failure or the timeout",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to --wait")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +36,9 @@ class Progress:
         detail = note or f"{rate:,.0f}/s"
         if self._tty:
             bar = "#" * int(fraction * 30)
-            sys.stderr.write(f"\r{self.label} [{bar:30}] {fraction:4.0%} {counts} {detail}\033[K")
+            line = f"{self.label} [{bar:30}] {fraction:4.0%} {counts} {detail}"
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line would not be redrawn
+            sys.stderr.write(f"\r{line[:width]}\033[K")
         elif (int(fraction * 10), note) != self._shown:
             self._shown = (int(fraction * 10), note)
             sys.stderr.write(f"{self.label}: {fraction:.0%} ({counts}, {detail})\n")
