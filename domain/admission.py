@@ -57,7 +57,9 @@ from wingsmith.domain.deployment import (
     DeploymentRunning,
     DeploymentScaled,
     FailureCleared,
+    Limits,
     ServingConfigChanged,
+    limits_of,
 )
 from wingsmith.domain.nodes import (
     MAX_NODES_PER_WORKER,
@@ -121,6 +123,7 @@ class Slot:
     deleted: bool = False  # wants nothing, is decided for no more; holds what its replicas do
     workers: int = 1  # engine workers per replica: 2 when disaggregated
     short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
+    limits: Limits = (None, None)  # the quota and capacity its last decision reported
 
     @property
     def per_worker(self) -> int:
@@ -473,7 +476,8 @@ class Ledger:
 
     @handles(AdmissionDecided)
     def _admission_decided(self, deployment_id: str, e: E) -> list[str]:
-        return self._set_phase(deployment_id, e["phase"], e["reason"], e.get("devices", 0))
+        limits = limits_of(e.get("evidence") or {})
+        return self._set_phase(deployment_id, e["phase"], e["reason"], e.get("devices", 0), limits)
 
     @handles(DeploymentPlaced)
     def _deployment_placed(self, deployment_id: str, e: E) -> list[str]:
@@ -607,7 +611,11 @@ class Ledger:
         if slot is not None:
             self._short(decision.deployment_id, slot, "pods_needed" in decision.evidence)
         return self._set_phase(
-            decision.deployment_id, decision.phase, decision.reason, decision.devices
+            decision.deployment_id,
+            decision.phase,
+            decision.reason,
+            decision.devices,
+            limits_of(decision.evidence),
         )
 
     def decide_all(
@@ -785,14 +793,21 @@ class Ledger:
     ) -> Decision | None:
         """Admitted when there is no reason to wait, or when part of what it wants is granted
         and the rest waits for quota or capacity; None when nothing would change. A placed or
-        running deployment that is admitted again keeps its phase: only its grant moves."""
+        running deployment that is admitted again keeps its phase: only its grant moves. One
+        granted in part says so again when the quota or capacity it was measured against
+        moved, so that what no longer fits is reported."""
         admitted = reason is None or (devices > 0 and reason in PARTIAL)
         phase: str = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         if admitted and slot.phase in HOLDS:
             phase = slot.phase
-        if (phase, reason, devices) == (slot.phase, slot.reason, slot.granted):
+        if (phase, reason, devices) != (slot.phase, slot.reason, slot.granted):
+            return Decision(deployment_id, admitted, devices, reason, evidence(), phase)
+        if not admitted or reason is None or not isinstance(slot, Slot):
             return None
-        return Decision(deployment_id, admitted, devices, reason, evidence(), phase)
+        measured = evidence()
+        if limits_of(measured) == slot.limits:
+            return None
+        return Decision(deployment_id, admitted, devices, reason, measured, phase)
 
     def _change(self, deployment_id: str, **fields: Any) -> list[str]:
         slot = self.deployments.get(deployment_id)
@@ -816,7 +831,12 @@ class Ledger:
         ]
 
     def _set_phase(
-        self, deployment_id: str, phase: str, reason: str | None, granted: int | None = None
+        self,
+        deployment_id: str,
+        phase: str,
+        reason: str | None,
+        granted: int | None = None,
+        limits: Limits | None = None,
     ) -> list[str]:
         slot = self.deployments.get(deployment_id)
         if slot is None:
@@ -824,6 +844,8 @@ class Ledger:
         fields: dict[str, Any] = {"phase": phase, "reason": reason}
         if granted is not None:
             fields["granted"] = granted
+        if limits is not None:
+            fields["limits"] = limits
         if reason is None or (phase in HOLDS and reason in PARTIAL):
             fields["rolling"] = False  # the new generation is admitted, in whole or in part
         was = slot.reason

@@ -10,7 +10,7 @@ winds down (its pods terminating); none of that moves its admission phase any mo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,13 @@ class AdmissionReason(StrEnum):
 PARTIAL = frozenset({AdmissionReason.INSUFFICIENT_QUOTA, AdmissionReason.INSUFFICIENT_CAPACITY})
 # the phases in which a deployment holds what admission granted it
 HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
+
+Limits = tuple[int | None, int | None]
+
+
+def limits_of(evidence: Mapping[str, Any]) -> Limits:
+    """The quota and capacity an admission decision was measured against."""
+    return evidence.get("quota"), evidence.get("capacity")
 
 
 class Authority(StrEnum):
@@ -133,6 +140,7 @@ class Deployment(Aggregate):
     admission_phase: AdmissionPhase
     admission_reason: AdmissionReason | None
     granted_devices: int  # what the last admission granted
+    admission_limits: Limits = (None, None)  # the quota and capacity it was measured against
     generation: int
     authority: Authority
     enabled: bool
@@ -299,8 +307,8 @@ class Deployment(Aggregate):
             self.admission_phase,
             self.admission_reason,
             self.granted_devices,
-        ):
-            return
+        ) and (reason is None or not admitted or limits_of(evidence) == self.admission_limits):
+            return  # nothing new: a grant in part is told again when its limits moved
         if phase is not self.admission_phase:
             self._check_transition(phase)
         self._record(
@@ -528,7 +536,7 @@ class AdmissionDecided(Event):
 
     def apply(self, d: Any) -> None:
         d.admission_phase, d.admission_reason = self.phase, self.reason
-        d.granted_devices = self.devices
+        d.granted_devices, d.admission_limits = self.devices, limits_of(self.evidence)
 
 
 class DeploymentPlaced(Event):

@@ -295,7 +295,9 @@ def test_growth_past_quota_is_granted_the_replicas_that_fit_and_the_rest_waits()
     [grown] = fleet.event("DeploymentScaled", "a", desired_replicas=5)  # wants 10 of 6
     assert verdict([grown]) == [("a", True, 6, "insufficient_quota")]
     assert (grown.phase, grown.evidence["granted"], grown.evidence["waiting"]) == ("running", 6, 4)
-    assert verdict(fleet.quota("p", 7)) == []  # room for half a replica: nothing moves
+    [same] = fleet.quota("p", 7)  # room for half a replica: nothing moves, the quota is told
+    assert (verdict([same]), same.evidence["quota"]) == ([("a", True, 6, "insufficient_quota")], 7)
+    assert verdict(fleet.quota("p", 7)) == []  # nothing new to say
     assert verdict(fleet.quota("p", 10)) == [("a", True, 10, None)]
     assert fleet.decided[-1].phase == "running"
 

@@ -103,6 +103,17 @@ def test_a_grant_in_part_is_admitted_and_keeps_its_reason_while_it_serves() -> N
     assert (d.admission_phase, d.admission_reason, d.granted_devices) == ("running", None, 4)
 
 
+def test_a_grant_in_part_is_told_again_when_its_quota_or_capacity_moves() -> None:
+    d = managed()
+    quota = AdmissionReason.INSUFFICIENT_QUOTA
+    for limit in (4, 4, 2):  # the same grant, measured against a quota that shrank
+        d.decide_admission(
+            plane(), admitted=True, reason=quota, evidence={"quota": limit}, devices=4
+        )
+    assert recorded(d) == ["AdmissionDecided", "AdmissionDecided"]
+    assert d.admission_limits == (2, None)
+
+
 def test_a_failed_deployment_only_goes_back_to_pending() -> None:
     d = managed()
     admit(d)
