@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from wingsmith.domain.base import Event
@@ -68,11 +70,19 @@ from wingsmith.domain.nodes import (
     span,
     workers_per_replica,
 )
-from wingsmith.domain.placement import RoomIndex, by_room, shares
+from wingsmith.domain.placement import (
+    Preferences,
+    RoomIndex,
+    by_room,
+    preferred_shares,
+    shares,
+)
 from wingsmith.domain.project import QuotaSet
 from wingsmith.domain.replica import ReplicaStarted, ReplicaTerminated
 from wingsmith.domain.workload import (
     DeploymentAttached,
+    MoveReason,
+    PlacementPreferencesChanged,
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
@@ -120,6 +130,8 @@ class Slot:
     deleted: bool = False  # wants nothing, is decided for no more; holds what its replicas do
     workers: int = 1  # engine workers per replica: 2 when disaggregated
     short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
+    workload: str | None = None  # the workload it is a share of, if any
+    waiting_at: str | None = None  # the time (ISO) it began to wait: when a move is due
 
     @property
     def per_worker(self) -> int:
@@ -161,10 +173,21 @@ class Planned:
     allowed: tuple[str, ...] | None
     deployments: dict[str, str] = field(default_factory=dict)  # cluster -> deployment id
     deferred: bool = False  # placement found nowhere to go and said so
+    preferences: Preferences = field(default_factory=Preferences)
 
     @property
     def per_worker(self) -> int:
         return self.per_replica // self.workers
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Replicas of a workload's share on one cluster given to another, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: str  # a MoveReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +198,18 @@ class Placement:
     shares: dict[str, int]  # the clusters whose share changes, and to what
     previous: dict[str, int]  # their shares before, where the workload was on them
     message: str | None = None  # no shares: why
+    move: Move | None = None  # the shares change as a move
+    disable: str | None = None  # the cluster whose deployment is disabled with it (lost)
+    enable: str | None = None  # the cluster whose (disabled) deployment takes replicas again
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRules:
+    """When placement moves what it placed (docs/scheduling.md, "Placement that moves")."""
+
+    move_after: timedelta = timedelta(seconds=300)  # a share waiting for capacity that long
+    lost_after: timedelta = timedelta(seconds=600)  # a cluster unreachable that long is lost
+    max_fraction: float = 0.25  # of a workload's replicas one rebalancing move may take
 
 
 CAPACITY, QUOTA = AdmissionReason.INSUFFICIENT_CAPACITY, AdmissionReason.INSUFFICIENT_QUOTA
@@ -243,6 +278,12 @@ class Ledger:
     workloads: dict[str, Planned] = field(default_factory=dict)
     to_place: dict[str, None] = field(default_factory=dict)
     unplaced: dict[str, dict[str, None]] = field(default_factory=dict)  # class -> workloads
+    # moves: clusters' labels, since when each unreachable one is (ISO), the workloads with
+    # preferences, and the time of the event being folded
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    unreachable_at: dict[str, str | None] = field(default_factory=dict)
+    preferring: dict[str, None] = field(default_factory=dict)
+    at: str | None = None
 
     # -- folding events ------------------------------------------------------------------
 
@@ -256,6 +297,7 @@ class Ledger:
         if position <= self.position:
             return []
         self.position = position
+        self.at = e.get("timestamp")
         fold = FOLDS.get(event_type)
         return [] if fold is None else list(fold(self, aggregate_id, e))
 
@@ -286,6 +328,7 @@ class Ledger:
     @handles(ClusterRegistered)
     def _cluster_registered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
+        self.labels[cluster] = dict(e.get("labels") or {})
         return []
 
     def operated_reachability(self) -> dict[str, bool]:
@@ -299,10 +342,12 @@ class Ledger:
 
     @handles(ClusterUnreachable)
     def _cluster_unreachable(self, cluster: str, e: E) -> list[str]:
+        self.unreachable_at.setdefault(cluster, self.at)
         return self._reach(cluster, False)
 
     @handles(ClusterReachable)
     def _cluster_reachable(self, cluster: str, e: E) -> list[str]:
+        self.unreachable_at.pop(cluster, None)
         return self._reach(cluster, True)
 
     @handles(InventoryReported)
@@ -361,6 +406,9 @@ class Ledger:
     @handles(WorkloadCreated)
     def _workload_created(self, workload_id: str, e: E) -> list[str]:
         allowed = e.get("allowed_clusters")
+        preferences = Preferences.model_validate(e.get("preferences") or {})
+        if preferences.given:
+            self.preferring[workload_id] = None
         self.workloads[workload_id] = Planned(
             project=e["project"],
             device_class=e["device_class"],
@@ -370,7 +418,20 @@ class Ledger:
             pinned=e["cluster_pin"] is not None,
             workers=workers_per_replica(e["serving"]),
             allowed=None if allowed is None else tuple(allowed),
+            preferences=preferences,
         )
+        self.to_place[workload_id] = None
+        return []
+
+    @handles(PlacementPreferencesChanged)
+    def _preferences_changed(self, workload_id: str, e: E) -> list[str]:
+        """New replicas follow them; rebalancing moves the others (`moves`)."""
+        w = self.workloads[workload_id]
+        w.preferences = Preferences.model_validate(e["preferences"])
+        if w.preferences.given:
+            self.preferring[workload_id] = None
+        else:
+            self.preferring.pop(workload_id, None)
         self.to_place[workload_id] = None
         return []
 
@@ -394,6 +455,7 @@ class Ledger:
         once, so that none of them is decided for on what another one's deletion released."""
         w = self.workloads.pop(workload_id)
         self.to_place.pop(workload_id, None)
+        self.preferring.pop(workload_id, None)
         self.unplaced.get(w.device_class, {}).pop(workload_id, None)
         released = [d for key in w.deployments.values() for d in self._delete(key)]
         return self.oldest_first(released)
@@ -416,6 +478,7 @@ class Ledger:
                 digest=e["serving_digest"],
                 managed=e["authority"] == Authority.MANAGED,
                 workers=workers_per_replica(e["serving"]),
+                workload=e.get("workload_id"),
             ),
         )
 
@@ -928,15 +991,23 @@ class Ledger:
             return None
         current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
         fit = functools.partial(self._room_for, w)
+        stopped = self._stopped(w)
 
         def free(cluster: str) -> int | None:
             unclaimed = self.room.free(cluster, w.device_class)
-            return None if unclaimed is None else fit(cluster, unclaimed)
+            return None if unclaimed is None or cluster in stopped else fit(cluster, unclaimed)
 
-        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            new = shares(
-                w.replicas, w.per_replica, current, free, by_room(most, fit, w.per_replica)
+        if w.preferences.given:
+            candidates = self._candidates(w, exclude=stopped)
+            new = preferred_shares(
+                w.replicas, w.per_replica, current, candidates, w.preferences.strategy
             )
+        else:
+            with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+                open_ = ((c, f) for c, f in most if c not in stopped)
+                new = shares(
+                    w.replicas, w.per_replica, current, free, by_room(open_, fit, w.per_replica)
+                )
         if new:
             previous = {c: current[c] for c in new if c in current}
             return Placement(workload_id, w.replicas, w.digest, new, previous)
@@ -979,8 +1050,13 @@ class Ledger:
                 per_replica=w.per_replica,
                 desired=share,
                 digest=w.digest,
+                workload=placement.workload_id,
             )
             decide += self._add(deployment_id, slot)
+        if placement.disable is not None:  # its replicas went elsewhere: it stops
+            decide += self._change(w.deployments[placement.disable], enabled=False)
+        if placement.enable is not None:
+            decide += self._change(w.deployments[placement.enable], enabled=True)
         return decide
 
     def undo_placement(self, placement: Placement) -> list[str]:
@@ -993,6 +1069,9 @@ class Ledger:
         if not placement.shares:
             w.deferred = False
         decide: list[str] = []
+        for cluster, enabled in ((placement.disable, True), (placement.enable, False)):
+            if cluster is not None and cluster in w.deployments:
+                decide += self._change(w.deployments[cluster], enabled=enabled)
         for cluster in placement.shares:
             deployment_id = w.deployments.get(cluster)
             if deployment_id is None:
@@ -1013,6 +1092,165 @@ class Ledger:
         self._leave(deployment_id, slot)
         self._claim(slot, -slot.claim)
         return [d for d in self._heads_of(slot) if d in self.deployments]
+
+    # -- moves -----------------------------------------------------------------------------
+
+    def moves(self, now: datetime, rules: MoveRules) -> list[tuple[Placement, list[str]]]:
+        """The moves due at `now`, each recorded (as `record_placement` does) before the next
+        is looked for, so that two never count on the same room; with the deployments to decide
+        for once the hub has made it. Shares waiting for capacity too long, then those on lost
+        clusters, go where room is; then workloads with preferences rebalance toward them.
+        Pinned workloads never move, and a move never takes more than the target's room."""
+        made: list[tuple[Placement, list[str]]] = []
+        due = itertools.chain(  # lazily: each is looked for after the one before is recorded
+            self._waiting_too_long(now - rules.move_after),
+            self._on_lost_clusters(now - rules.lost_after),
+            self._rebalancing(rules.max_fraction),
+        )
+        for placement in due:
+            made.append((placement, self.record_placement(placement)))
+        return made
+
+    def _rebalancing(self, max_fraction: float) -> Iterable[Placement]:
+        for workload_id in list(self.preferring):
+            placement = self._rebalance(workload_id, max_fraction)
+            if placement is not None:
+                yield placement
+
+    def _waiting_too_long(self, before: datetime) -> Iterable[Placement]:
+        """Replicas waiting for capacity (or on an unreachable cluster) since before `before`:
+        as many as fit elsewhere go there."""
+        for (cluster, _), queue in list(self.waiting_in.items()):
+            for deployment_id in list(queue):
+                slot = self.deployments[deployment_id]
+                stuck = slot.reason == CAPACITY or not self.reachable.get(cluster, True)
+                waiting = self._waiting_replicas(slot)
+                if stuck and waiting and _before(slot.waiting_at, before):
+                    yield from self._move_away(slot, waiting, MoveReason.PENDING_TOO_LONG)
+
+    def _waiting_replicas(self, slot: Slot) -> int:
+        """Its replicas admission has not granted (none while a new generation rolls out)."""
+        if slot.rolling or not slot.enabled or slot.deleted or not slot.per_replica:
+            return 0
+        granted = max(min(slot.granted, slot.wanted) - slot.previous, 0) // slot.per_replica
+        return max(slot.desired - granted, 0)
+
+    def _on_lost_clusters(self, before: datetime) -> Iterable[Placement]:
+        """Every share on a cluster unreachable since before `before` goes where room is; a
+        deployment whose whole share went is disabled, not deleted (its operator takes its
+        replicas down when the cluster returns)."""
+        lost = {c for c, at in self.unreachable_at.items() if _before(at, before)}
+        for (cluster, _), members in list(self.members.items()):
+            if cluster in lost:
+                for deployment_id in list(members):
+                    slot = self.deployments[deployment_id]
+                    if slot.enabled and not slot.deleted and slot.managed and slot.desired:
+                        yield from self._move_away(slot, slot.desired, MoveReason.CLUSTER_LOST)
+
+    def _move_away(self, slot: Slot, replicas: int, reason: MoveReason) -> Iterable[Placement]:
+        """Moves of up to `replicas` of a share to the workload's other candidates with room,
+        most preferred (or most room) first."""
+        w = self.workloads.get(slot.workload or "")
+        if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
+            return
+        for target, free in self._candidates(w, exclude={slot.cluster}):
+            take = min(replicas, free // w.per_replica)
+            if take <= 0:
+                continue
+            placement = self._move(slot.workload or "", w, slot.cluster, target, take, reason)
+            yield placement
+            replicas -= take
+            if not replicas:
+                return
+
+    def _rebalance(self, workload_id: str, max_fraction: float) -> Placement | None:
+        """One move toward where the workload's preferences would place it from scratch, once
+        what it has is settled (serving what it was granted), of no more than `max_fraction`
+        of its replicas, and only into room that is there."""
+        w = self.workloads[workload_id]
+        if w.pinned or not self._settled(w):
+            return None
+        current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
+        cap = int(max_fraction * sum(current.values()))
+        if cap <= 0:
+            return None
+        rooms = dict(self._candidates(w, exclude=set()))
+        own = {
+            c: room + self.deployments[w.deployments[c]].claim
+            for c, room in rooms.items()
+            if c in w.deployments
+        }
+        ideal = preferred_shares(
+            w.replicas,
+            w.per_replica,
+            {},
+            [(c, own.get(c, r)) for c, r in rooms.items()],
+            w.preferences.strategy,
+        )
+        order = list(rooms)
+        surplus = [c for c in reversed(order) if current.get(c, 0) > ideal.get(c, 0)]
+        surplus = [c for c in current if c not in rooms and current[c]] + surplus
+        deficit = [c for c in order if ideal.get(c, 0) > current.get(c, 0)]
+        if not surplus or not deficit:
+            return None
+        source, target = surplus[0], deficit[0]
+        take = min(
+            current[source] - ideal.get(source, 0),
+            ideal[target] - current.get(target, 0),
+            rooms[target] // w.per_replica,
+            cap,
+        )
+        if take <= 0:
+            return None
+        return self._move(workload_id, w, source, target, take, MoveReason.REBALANCE)
+
+    def _settled(self, w: Planned) -> bool:
+        """Every share it has serves, with all it wants granted: nothing of it is on the way."""
+        for cluster, deployment_id in w.deployments.items():
+            slot = self.deployments[deployment_id]
+            if not slot.enabled or not slot.desired:
+                continue
+            if not self.reachable.get(cluster, True) or slot.phase != AdmissionPhase.RUNNING:
+                return False
+            if slot.reason is not None or slot.granted < slot.wanted:
+                return False
+        return True
+
+    def _move(
+        self, workload_id: str, w: Planned, source: str, target: str, take: int, reason: str
+    ) -> Placement:
+        current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
+        left = current[source] - take
+        new = {source: left, target: current.get(target, 0) + take}
+        target_slot = self.deployments.get(w.deployments.get(target, ""))
+        return Placement(
+            workload_id,
+            w.replicas,
+            w.digest,
+            new,
+            {c: current[c] for c in new if c in current},
+            move=Move(source, target, take, str(reason)),
+            disable=source if reason == MoveReason.CLUSTER_LOST and not left else None,
+            enable=target if target_slot is not None and not target_slot.enabled else None,
+        )
+
+    def _candidates(self, w: Planned, exclude: Container[str]) -> list[tuple[str, int]]:
+        """(cluster, room in devices) the workload may go to, most preferred first: reachable,
+        allowed, matching its selector, its workers fitting the nodes."""
+        found = []
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            for cluster, free in most:
+                if cluster in exclude or not w.preferences.matches(self.labels.get(cluster, {})):
+                    continue
+                counted = self._room_for(w, cluster, free)
+                if counted is not None:
+                    found.append((cluster, counted))
+        return w.preferences.order(found)
+
+    def _stopped(self, w: Planned) -> set[str]:
+        """The clusters where the workload's deployment is disabled: placement gives them
+        nothing (a move may take it back, enabling it)."""
+        return {c for c, d in w.deployments.items() if not self.deployments[d].enabled}
 
     def _reach(self, cluster: str, reachable: bool) -> list[str]:
         self.reachable[cluster] = reachable
@@ -1192,7 +1430,7 @@ class Ledger:
     def _wait(self, deployment_id: str, slot: Slot) -> None:
         """Join both queues, keeping the place already held."""
         if deployment_id not in self.waiting_in.get((slot.cluster, slot.device_class), {}):
-            slot.waiting_since = self.position
+            slot.waiting_since, slot.waiting_at = self.position, self.at
         self.waiting_in.setdefault((slot.cluster, slot.device_class), {})[deployment_id] = None
         self.waiting_for.setdefault((slot.project, slot.device_class), {})[deployment_id] = None
 
@@ -1211,6 +1449,11 @@ class Ledger:
         """In the order they began to wait (creation order for those that never did)."""
         unique = dict.fromkeys(deployment_ids)
         return sorted(unique, key=lambda d: self.deployments[d].waiting_since)
+
+
+def _before(at: str | None, moment: datetime) -> bool:
+    """Whether an event time (ISO; None: unknown, taken as long ago) is before `moment`."""
+    return at is None or datetime.fromisoformat(at) <= moment
 
 
 # The ledger's folds by event type: the event class's name, the `type` events carry on the wire.

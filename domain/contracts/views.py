@@ -196,9 +196,28 @@ class AllocationView(TypedDict):
     engine_version: str
 
 
+class PreferencesDocument(TypedDict):
+    """Where a workload's replicas should rather run (domain/placement.py `Preferences`)."""
+
+    preferred_clusters: list[str]  # tried first, in this order
+    cluster_selector: dict[str, str]  # only clusters with all these labels
+    strategy: str  # pack | spread
+
+
+class MoveDocument(TypedDict):
+    """Replicas placement moved from one cluster to another, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: str  # pending_too_long | cluster_lost | rebalance
+    at: str
+
+
 class WorkloadView(TypedDict):
     """`workloads`, by workload id: the workload as declared, its deployment on each cluster,
-    and why placement found nowhere to go (null once it did)."""
+    why placement found nowhere to go (null once it did), its placement preferences and its
+    last 20 moves, oldest first."""
 
     workload_id: str
     project: str
@@ -211,6 +230,8 @@ class WorkloadView(TypedDict):
     engine_args: list[str]
     deployments: dict[str, str]  # cluster id -> deployment id
     unplaced: str | None
+    preferences: PreferencesDocument
+    moves: list[MoveDocument]
     created_at: str
     updated_at: str
 
@@ -290,6 +311,8 @@ class Workload(TypedDict):
     engine_args: list[str]
     deployments: list[Placement]
     unplaced: str | None
+    preferences: PreferencesDocument
+    moves: list[MoveDocument]  # the last 20, oldest first
     created_at: str
     updated_at: str
     phase: str
