@@ -85,6 +85,7 @@ from wingsmith.domain.workload import (
     PlacementPreferencesChanged,
     WorkloadCreated,
     WorkloadDeleted,
+    WorkloadMoved,
     WorkloadScaled,
     WorkloadServingConfigChanged,
 )
@@ -132,6 +133,7 @@ class Slot:
     short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
     workload: str | None = None  # the workload it is a share of, if any
     waiting_at: str | None = None  # the time (ISO) it began to wait: when a move is due
+    moved_off: bool = False  # disabled by placement when its lost cluster's share moved away
 
     @property
     def per_worker(self) -> int:
@@ -460,6 +462,16 @@ class Ledger:
         released = [d for key in w.deployments.values() for d in self._delete(key)]
         return self.oldest_first(released)
 
+    @handles(WorkloadMoved)
+    def _workload_moved(self, workload_id: str, e: E) -> list[str]:
+        """What placement moved off a lost cluster whole (the move's own events fold the
+        shares): its deployment, disabled next, may take replicas again by a move."""
+        w = self.workloads.get(workload_id)
+        slot = self.deployments.get(w.deployments.get(e["from_cluster"], "")) if w else None
+        if slot is not None and e["reason"] == MoveReason.CLUSTER_LOST and not slot.desired:
+            slot.moved_off = True
+        return []
+
     @handles(DeploymentAttached)
     def _deployment_attached(self, workload_id: str, e: E) -> list[str]:
         self.workloads[workload_id].deployments[e["cluster_id"]] = e["deployment_key"]
@@ -498,7 +510,7 @@ class Ledger:
 
     @handles(DeploymentEnabled)
     def _deployment_enabled(self, deployment_id: str, e: E) -> list[str]:
-        return self._change(deployment_id, enabled=True)
+        return self._change(deployment_id, enabled=True, moved_off=False)
 
     @handles(DeploymentDisabled)
     def _deployment_disabled(self, deployment_id: str, e: E) -> list[str]:
@@ -1055,8 +1067,9 @@ class Ledger:
             decide += self._add(deployment_id, slot)
         if placement.disable is not None:  # its replicas went elsewhere: it stops
             decide += self._change(w.deployments[placement.disable], enabled=False)
+            self.deployments[w.deployments[placement.disable]].moved_off = True
         if placement.enable is not None:
-            decide += self._change(w.deployments[placement.enable], enabled=True)
+            decide += self._change(w.deployments[placement.enable], enabled=True, moved_off=False)
         return decide
 
     def undo_placement(self, placement: Placement) -> list[str]:
@@ -1071,7 +1084,9 @@ class Ledger:
         decide: list[str] = []
         for cluster, enabled in ((placement.disable, True), (placement.enable, False)):
             if cluster is not None and cluster in w.deployments:
-                decide += self._change(w.deployments[cluster], enabled=enabled)
+                decide += self._change(
+                    w.deployments[cluster], enabled=enabled, moved_off=not enabled
+                )
         for cluster in placement.shares:
             deployment_id = w.deployments.get(cluster)
             if deployment_id is None:
@@ -1153,7 +1168,7 @@ class Ledger:
         w = self.workloads.get(slot.workload or "")
         if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
             return
-        for target, free in self._candidates(w, exclude={slot.cluster}):
+        for target, free in self._candidates(w, exclude={slot.cluster, *self._held_off(w)}):
             take = min(replicas, free // w.per_replica)
             if take <= 0:
                 continue
@@ -1168,7 +1183,7 @@ class Ledger:
         what it has is settled (serving what it was granted), of no more than `max_fraction`
         of its replicas, and only into room that is there."""
         w = self.workloads[workload_id]
-        if w.pinned or not self._settled(w):
+        if w.pinned or self._held_off(w) or not self._settled(w):
             return None
         current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
         cap = int(max_fraction * sum(current.values()))
@@ -1246,6 +1261,15 @@ class Ledger:
                 if counted is not None:
                     found.append((cluster, counted))
         return w.preferences.order(found)
+
+    def _held_off(self, w: Planned) -> set[str]:
+        """The clusters where a person disabled the workload's deployment: no move goes there,
+        and the workload is not rebalanced while one is."""
+        return {
+            c
+            for c, d in w.deployments.items()
+            if not (slot := self.deployments[d]).enabled and not slot.moved_off
+        }
 
     def _stopped(self, w: Planned) -> set[str]:
         """The clusters where the workload's deployment is disabled: placement gives them

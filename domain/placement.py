@@ -130,7 +130,9 @@ def _shrink_by(
     if strategy is Strategy.SPREAD:  # one at a time from the largest: as even as it was
         left = dict(current)
         for _ in range(cut):
-            cluster = max(left, key=lambda c: (c not in rank, left[c], rank.get(c, 0)))
+            cluster = max(
+                (c for c in left if left[c]), key=lambda c: (c not in rank, left[c], rank.get(c, 0))
+            )
             left[cluster] -= 1
         return {c: n for c, n in left.items() if n != current[c]}
     new: dict[str, int] = {}
