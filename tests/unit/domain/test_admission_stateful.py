@@ -636,6 +636,17 @@ class MovesMachine(AdmissionMachine):
     def start(self, totals: tuple[list[NodeSpec], list[NodeSpec]]) -> None:
         raise AssertionError("started by start_serving")  # pragma: no cover
 
+    @rule()
+    def clusters_serve(self) -> None:
+        """Every admitted deployment on a reachable cluster runs: where rebalancing may
+        begin (it waits for what it moved to serve)."""
+        for d in self.live_deployments():
+            if self.clusters[d.cluster_id].reachable and d.admission_phase.value == "admitted":
+                d.mark_placed(cluster())
+            if self.clusters[d.cluster_id].reachable and d.admission_phase.value == "placed":
+                d.mark_running(cluster())
+            self.feed(d)
+
 
 MovesMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestMoves = MovesMachine.TestCase
@@ -715,3 +726,24 @@ def test_a_pass_decides_once_for_a_deployment_back_where_it_stood() -> None:
     state.ledger_matches_a_recount()
     state.nobody_waits_for_room_that_is_there()
     assert state.ledger.deployments["u0--east"].reason == "insufficient_quota"
+
+
+def test_the_moves_machine_rebalances_and_re_places_through_the_handler() -> None:
+    """A run the random ones reach seldom: preferences move a serving workload over, a
+    fraction at a time; then its preferred cluster is lost and it goes back where room is."""
+    state = MovesMachine()
+    state.start_serving(totals=([(8, False, 0)], [(8, False, 0)]), replicas=(4, 2))
+    state.clusters_serve()
+    state.set_preferences(i=0, preferred=["west"], selector={}, strategy=Strategy.PACK)
+    state.time_passes(seconds=60)
+    assert state.ledger.deployments["u0--west"].desired == 2  # half of 4 at a time
+    state.clusters_serve()
+    state.settle()
+    assert state.ledger.deployments["u0--west"].desired == 4
+    state.reach(cluster_id="west", reachable=False)
+    state.settle()
+    assert state.ledger.deployments["u0--east"].desired == 4
+    assert not state.ledger.deployments["u0--west"].enabled
+    state.ledger_matches_a_recount()
+    state.placed_shares_add_up()
+    state.nobody_waits_for_room_that_is_there()
