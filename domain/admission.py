@@ -1168,6 +1168,10 @@ class Ledger:
         w = self.workloads.get(slot.workload or "")
         if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
             return
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            top = next(most, None)
+        if top is None or top[1] < w.per_replica:
+            return  # no candidate has room for one replica: none is looked at
         for target, free in self._candidates(w, exclude={slot.cluster, *self._held_off(w)}):
             take = min(replicas, free // w.per_replica)
             if take <= 0:
@@ -1205,7 +1209,9 @@ class Ledger:
         order = list(rooms)
         surplus = [c for c in reversed(order) if current.get(c, 0) > ideal.get(c, 0)]
         surplus = [c for c in current if c not in rooms and current[c]] + surplus
-        deficit = [c for c in order if ideal.get(c, 0) > current.get(c, 0)]
+        deficit = [
+            c for c in order if ideal.get(c, 0) > current.get(c, 0) and rooms[c] >= w.per_replica
+        ]
         if not surplus or not deficit:
             return None
         source, target = surplus[0], deficit[0]
