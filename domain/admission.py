@@ -21,16 +21,19 @@ released in its cluster or project; and then only the head of each queue is.
 
 A deleted deployment is never admitted again, and its grant is released at once; what its live
 replicas hold stays counted until they are seen terminated. A deleted workload is never placed.
+
+Placement also moves what it placed (domain/moves.py reads the ledger for the moves due and
+records them here as placements, so admission still decides for what moved). The ledger keeps
+what that needs: clusters' labels, since when each unreachable one is, since when each
+deployment waits (from the events' timestamps), and workloads' preferences.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from wingsmith.domain.base import Event
@@ -71,6 +74,7 @@ from wingsmith.domain.nodes import (
     workers_per_replica,
 )
 from wingsmith.domain.placement import (
+    Move,
     Preferences,
     RoomIndex,
     by_room,
@@ -183,16 +187,6 @@ class Planned:
 
 
 @dataclass(frozen=True, slots=True)
-class Move:
-    """Replicas of a workload's share on one cluster given to another, and why."""
-
-    from_cluster: str
-    to_cluster: str
-    replicas: int
-    reason: str  # a MoveReason
-
-
-@dataclass(frozen=True, slots=True)
 class Placement:
     workload_id: str
     replicas: int
@@ -203,15 +197,6 @@ class Placement:
     move: Move | None = None  # the shares change as a move
     disable: str | None = None  # the cluster whose deployment is disabled with it (lost)
     enable: str | None = None  # the cluster whose (disabled) deployment takes replicas again
-
-
-@dataclass(frozen=True, slots=True)
-class MoveRules:
-    """When placement moves what it placed (docs/scheduling.md, "Placement that moves")."""
-
-    move_after: timedelta = timedelta(seconds=300)  # a share waiting for capacity that long
-    lost_after: timedelta = timedelta(seconds=600)  # a cluster unreachable that long is lost
-    max_fraction: float = 0.25  # of a workload's replicas one rebalancing move may take
 
 
 CAPACITY, QUOTA = AdmissionReason.INSUFFICIENT_CAPACITY, AdmissionReason.INSUFFICIENT_QUOTA
@@ -1010,7 +995,7 @@ class Ledger:
             return None if unclaimed is None or cluster in stopped else fit(cluster, unclaimed)
 
         if w.preferences.given:
-            candidates = self._candidates(w, exclude=stopped)
+            candidates = self.candidates(w, exclude=stopped)
             new = preferred_shares(
                 w.replicas, w.per_replica, current, candidates, w.preferences.strategy
             )
@@ -1108,154 +1093,9 @@ class Ledger:
         self._claim(slot, -slot.claim)
         return [d for d in self._heads_of(slot) if d in self.deployments]
 
-    # -- moves -----------------------------------------------------------------------------
+    # -- what moves see --------------------------------------------------------------------
 
-    def moves(self, now: datetime, rules: MoveRules) -> list[tuple[Placement, list[str]]]:
-        """The moves due at `now`, each recorded (as `record_placement` does) before the next
-        is looked for, so that two never count on the same room; with the deployments to decide
-        for once the hub has made it. Shares waiting for capacity too long, then those on lost
-        clusters, go where room is; then workloads with preferences rebalance toward them.
-        Pinned workloads never move, and a move never takes more than the target's room."""
-        made: list[tuple[Placement, list[str]]] = []
-        due = itertools.chain(  # lazily: each is looked for after the one before is recorded
-            self._waiting_too_long(now - rules.move_after),
-            self._on_lost_clusters(now - rules.lost_after),
-            self._rebalancing(rules.max_fraction),
-        )
-        for placement in due:
-            made.append((placement, self.record_placement(placement)))
-        return made
-
-    def _rebalancing(self, max_fraction: float) -> Iterable[Placement]:
-        for workload_id in list(self.preferring):
-            placement = self._rebalance(workload_id, max_fraction)
-            if placement is not None:
-                yield placement
-
-    def _waiting_too_long(self, before: datetime) -> Iterable[Placement]:
-        """Replicas waiting for capacity (or on an unreachable cluster) since before `before`:
-        as many as fit elsewhere go there."""
-        for (cluster, _), queue in list(self.waiting_in.items()):
-            for deployment_id in list(queue):
-                slot = self.deployments[deployment_id]
-                stuck = slot.reason == CAPACITY or not self.reachable.get(cluster, True)
-                waiting = self._waiting_replicas(slot)
-                if stuck and waiting and _before(slot.waiting_at, before):
-                    yield from self._move_away(slot, waiting, MoveReason.PENDING_TOO_LONG)
-
-    def _waiting_replicas(self, slot: Slot) -> int:
-        """Its replicas admission has not granted (none while a new generation rolls out)."""
-        if slot.rolling or not slot.enabled or slot.deleted or not slot.per_replica:
-            return 0
-        granted = max(min(slot.granted, slot.wanted) - slot.previous, 0) // slot.per_replica
-        return max(slot.desired - granted, 0)
-
-    def _on_lost_clusters(self, before: datetime) -> Iterable[Placement]:
-        """Every share on a cluster unreachable since before `before` goes where room is; a
-        deployment whose whole share went is disabled, not deleted (its operator takes its
-        replicas down when the cluster returns)."""
-        lost = {c for c, at in self.unreachable_at.items() if _before(at, before)}
-        for (cluster, _), members in list(self.members.items()):
-            if cluster in lost:
-                for deployment_id in list(members):
-                    slot = self.deployments[deployment_id]
-                    if slot.enabled and not slot.deleted and slot.managed and slot.desired:
-                        yield from self._move_away(slot, slot.desired, MoveReason.CLUSTER_LOST)
-
-    def _move_away(self, slot: Slot, replicas: int, reason: MoveReason) -> Iterable[Placement]:
-        """Moves of up to `replicas` of a share to the workload's other candidates with room,
-        most preferred (or most room) first."""
-        w = self.workloads.get(slot.workload or "")
-        if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
-            return
-        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            top = next(most, None)
-        if top is None or top[1] < w.per_replica:
-            return  # no candidate has room for one replica: none is looked at
-        for target, free in self._candidates(w, exclude={slot.cluster, *self._held_off(w)}):
-            take = min(replicas, free // w.per_replica)
-            if take <= 0:
-                continue
-            placement = self._move(slot.workload or "", w, slot.cluster, target, take, reason)
-            yield placement
-            replicas -= take
-            if not replicas:
-                return
-
-    def _rebalance(self, workload_id: str, max_fraction: float) -> Placement | None:
-        """One move toward where the workload's preferences would place it from scratch, once
-        what it has is settled (serving what it was granted), of no more than `max_fraction`
-        of its replicas, and only into room that is there."""
-        w = self.workloads[workload_id]
-        if w.pinned or self._held_off(w) or not self._settled(w):
-            return None
-        current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
-        cap = int(max_fraction * sum(current.values()))
-        if cap <= 0:
-            return None
-        rooms = dict(self._candidates(w, exclude=set()))
-        own = {
-            c: room + self.deployments[w.deployments[c]].claim
-            for c, room in rooms.items()
-            if c in w.deployments
-        }
-        ideal = preferred_shares(
-            w.replicas,
-            w.per_replica,
-            {},
-            [(c, own.get(c, r)) for c, r in rooms.items()],
-            w.preferences.strategy,
-        )
-        order = list(rooms)
-        surplus = [c for c in reversed(order) if current.get(c, 0) > ideal.get(c, 0)]
-        surplus = [c for c in current if c not in rooms and current[c]] + surplus
-        deficit = [
-            c for c in order if ideal.get(c, 0) > current.get(c, 0) and rooms[c] >= w.per_replica
-        ]
-        if not surplus or not deficit:
-            return None
-        source, target = surplus[0], deficit[0]
-        take = min(
-            current[source] - ideal.get(source, 0),
-            ideal[target] - current.get(target, 0),
-            rooms[target] // w.per_replica,
-            cap,
-        )
-        if take <= 0:
-            return None
-        return self._move(workload_id, w, source, target, take, MoveReason.REBALANCE)
-
-    def _settled(self, w: Planned) -> bool:
-        """Every share it has serves, with all it wants granted: nothing of it is on the way."""
-        for cluster, deployment_id in w.deployments.items():
-            slot = self.deployments[deployment_id]
-            if not slot.enabled or not slot.desired:
-                continue
-            if not self.reachable.get(cluster, True) or slot.phase != AdmissionPhase.RUNNING:
-                return False
-            if slot.reason is not None or slot.granted < slot.wanted:
-                return False
-        return True
-
-    def _move(
-        self, workload_id: str, w: Planned, source: str, target: str, take: int, reason: str
-    ) -> Placement:
-        current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
-        left = current[source] - take
-        new = {source: left, target: current.get(target, 0) + take}
-        target_slot = self.deployments.get(w.deployments.get(target, ""))
-        return Placement(
-            workload_id,
-            w.replicas,
-            w.digest,
-            new,
-            {c: current[c] for c in new if c in current},
-            move=Move(source, target, take, str(reason)),
-            disable=source if reason == MoveReason.CLUSTER_LOST and not left else None,
-            enable=target if target_slot is not None and not target_slot.enabled else None,
-        )
-
-    def _candidates(self, w: Planned, exclude: Container[str]) -> list[tuple[str, int]]:
+    def candidates(self, w: Planned, exclude: Container[str]) -> list[tuple[str, int]]:
         """(cluster, room in devices) the workload may go to, most preferred first: reachable,
         allowed, matching its selector, its workers fitting the nodes."""
         found = []
@@ -1268,7 +1108,13 @@ class Ledger:
                     found.append((cluster, counted))
         return w.preferences.order(found)
 
-    def _held_off(self, w: Planned) -> set[str]:
+    def room_anywhere(self, w: Planned) -> bool:
+        """Whether any candidate has free devices for one replica of the workload."""
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            top = next(most, None)
+        return top is not None and top[1] >= w.per_replica
+
+    def held_off(self, w: Planned) -> set[str]:
         """The clusters where a person disabled the workload's deployment: no move goes there,
         and the workload is not rebalanced while one is."""
         return {
@@ -1479,11 +1325,6 @@ class Ledger:
         """In the order they began to wait (creation order for those that never did)."""
         unique = dict.fromkeys(deployment_ids)
         return sorted(unique, key=lambda d: self.deployments[d].waiting_since)
-
-
-def _before(at: str | None, moment: datetime) -> bool:
-    """Whether an event time (ISO; None: unknown, taken as long ago) is before `moment`."""
-    return at is None or datetime.fromisoformat(at) <= moment
 
 
 # The ledger's folds by event type: the event class's name, the `type` events carry on the wire.

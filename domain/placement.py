@@ -25,11 +25,22 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from wingsmith.domain.values import LabelKey, LabelValue, Name
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Replicas of a workload's share on one cluster given to another, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: str  # a MoveReason (domain/workload.py)
 
 
 class Strategy(StrEnum):

@@ -45,8 +45,8 @@ import orjson
 
 from wingsmith.adapters.dead_letters import Component, SetAside
 from wingsmith.adapters.store import Notification
-from wingsmith.domain import subjects
-from wingsmith.domain.admission import Decision, Ledger, MoveRules, Placement
+from wingsmith.domain import moves, subjects
+from wingsmith.domain.admission import Decision, Ledger, Placement
 from wingsmith.domain.base import split_id
 from wingsmith.domain.commands import (
     ADMISSION_PREFIX,
@@ -94,7 +94,7 @@ class Scheduler:
         published_upto: Callable[[], Awaitable[int]],
         dead_letters: SetAside,
         buffer_limit: int = BUFFER_LIMIT,
-        move_rules: MoveRules | None = None,
+        move_rules: moves.MoveRules | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
@@ -104,7 +104,7 @@ class Scheduler:
         self._dead_letters = dead_letters
         self.move_rules, self._clock = move_rules, clock
         self._looked = clock()  # when moves were last looked for
-        self.moves = 0
+        self.moves_made = 0
         self._aside: list[tuple[str, str, bytes, str]] = []  # (reason, subject, data, msg_id)
         self.ledger = Ledger()
         # everything up to here is folded and decided for (health reads it)
@@ -309,7 +309,7 @@ class Scheduler:
             return []
         self._looked = self._clock()
         try:
-            made = self.ledger.moves(datetime.now(UTC), self.move_rules)
+            made = moves.due(self.ledger, datetime.now(UTC), self.move_rules)
         except Exception as e:
             self._undecidable("moves", e)
             return []
@@ -355,7 +355,7 @@ class Scheduler:
         for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
             if self._ran(command, reply):
                 self.placements += 1
-                self.moves += placement.move is not None
+                self.moves_made += placement.move is not None
             else:  # tried again after the next events (see `_wait`)
                 self._retry.add(placement.workload_id)
                 decide = self.ledger.undo_placement(placement)

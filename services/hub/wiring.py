@@ -19,7 +19,7 @@ from wingsmith.adapters.dead_letters import stored as dead_letters_stored
 from wingsmith.adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import Notification, NotWritable, StoreThread, store_env
-from wingsmith.domain.admission import MoveRules
+from wingsmith.domain.moves import MoveRules
 from wingsmith.domain.names import HEALTH_SUBJECT
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.config import Settings, connect

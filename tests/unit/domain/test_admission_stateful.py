@@ -26,11 +26,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from wingsmith.domain.admission import Decision, Ledger, MoveRules, Placement, Slot
+from wingsmith.domain.admission import Decision, Ledger, Placement, Slot
 from wingsmith.domain.base import Aggregate, DomainError, Event, split_id
 from wingsmith.domain.cluster import Cluster, Node
 from wingsmith.domain.commands import DeleteWorkload, PlaceWorkload
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.moves import MoveRules, due
 from wingsmith.domain.nodes import nodes_per_worker, pack, pods, room
 from wingsmith.domain.placement import Preferences, Strategy
 from wingsmith.domain.project import Project
@@ -236,7 +237,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         """The scheduler's timer: the moves due now, each made through the hub's handler (the
         ledger recorded it), then admission for what they changed. How many were made."""
         self.flush()
-        made = self.ledger.moves(datetime.now(UTC) + self.later, RULES)
+        made = due(self.ledger, datetime.now(UTC) + self.later, RULES)
         touched: list[str] = []
         for p, decide in made:  # sent together, as the scheduler does; decided for after
             assert p.move is not None

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from wingsmith.domain.admission import Decision, Move, MoveRules, Placement
+from wingsmith.domain.admission import Decision, Placement
 from wingsmith.domain.base import InvalidValue
 from wingsmith.domain.commands import CreateWorkload, SetPlacementPreferences
-from wingsmith.domain.placement import Preferences, Strategy, preferred_shares
+from wingsmith.domain.moves import MoveRules, due
+from wingsmith.domain.placement import Move, Preferences, Strategy, preferred_shares
 from wingsmith.domain.workload import MoveReason, Workload
 
 from .conftest import plane, serving
@@ -40,7 +41,7 @@ class Clocked(Fleet):
         self.now += timedelta(seconds=seconds)
 
     def moves(self, rules: MoveRules = RULES) -> list[Move]:
-        made = self.ledger.moves(self.now, rules)
+        made = due(self.ledger, self.now, rules)
         for placement, decide in made:
             self.moved.append(placement)
             self.decide(decide)
