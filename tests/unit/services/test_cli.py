@@ -214,3 +214,19 @@ def test_deployments_list_shows_what_the_cluster_says_is_wrong() -> None:
     assert text.splitlines()[1].split()[5] == "1"  # WAITING
     assert "ImagePullBackOff (1 pod), Rejected: " + "x" * 79 + "…" in text
     assert "denied" not in text  # a transient one shows its pods; the message is in --json
+
+
+def test_workloads_prefer_sends_the_preferences_given() -> None:
+    from wingsmith.services.cli.client import _preferences_from
+
+    argv = ["workloads", "prefer", "chat", "--prefer", "east,west", "--selector", "tier=gold"]
+    args = build_parser("workloads").parse_args([*argv, "--strategy", "spread"])
+    assert _preferences_from(args) == {
+        "preferred_clusters": ["east", "west"],
+        "cluster_selector": {"tier": "gold"},
+        "strategy": "spread",
+    }
+    assert _preferences_from(build_parser("workloads").parse_args(argv[:3])) == {}
+    bad = build_parser("workloads").parse_args([*argv[:3], "--selector", "gold"])
+    with pytest.raises(ValueError, match="key=value"):
+        _preferences_from(bad)
