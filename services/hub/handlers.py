@@ -217,21 +217,21 @@ def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict
             raise StalePlacement(f"{key!r} was scaled since placement looked", field="shares")
         deployment.scale(cause, share)
     if cmd.move is not None:
-        _move(repo, workload, cmd, cause)
+        _move(repo, workload, cmd.move, cmd, cause)
     return _workload_result(workload) | {"shares": cmd.shares}
 
 
-def _move(repo: Repository, workload: Workload, cmd: c.PlaceWorkload, cause: Cause) -> None:
+def _move(
+    repo: Repository, workload: Workload, move: c.MoveSpec, cmd: c.PlaceWorkload, cause: Cause
+) -> None:
     """A placement that moves replicas says so, and why; a lost cluster's deployment whose
     whole share left is disabled (kept: its operator takes it down when the cluster returns),
     and a disabled one taking replicas again is enabled."""
-    assert cmd.move is not None
-    move = cmd.move
     workload.record_move(cause, move.from_cluster, move.to_cluster, move.replicas, move.reason)
     for cluster, enabled in ((cmd.disable, False), (cmd.enable, True)):
-        key = workload.deployments.get(cluster or "")
         if cluster is None:
             continue
+        key = workload.deployments.get(cluster)
         if key is None:
             raise StalePlacement(f"no deployment on {cluster!r} any more", field="move")
         deployment = _require(repo, Deployment, key, "move")

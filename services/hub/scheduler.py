@@ -25,8 +25,8 @@ store disagree: it starts over from the store, and leaves that deployment undeci
 event changes it (otherwise the same refusal would start it over for ever). An event it cannot
 fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
 
-On a timer it also asks the ledger for the moves due (`Ledger.moves`: shares waiting too long,
-shares on lost clusters, rebalancing toward preferences) and sends them as placements.
+On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
+on lost clusters, rebalancing toward preferences) and sends them as placements.
 """
 
 from __future__ import annotations

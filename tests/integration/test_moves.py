@@ -1,7 +1,8 @@
 """Placement that moves, over a real nats-server with three simulated clusters: one goes
 silent; past its grace period its workloads run elsewhere where room exists (its old
 deployments disabled, not deleted; a pinned one stays); when it returns, its operator takes the
-old replicas down. Over the whole stored history, nothing is ever over quota, over a cluster's
+old replicas down. And a share waiting for capacity moves, after its delay, to a cluster that
+comes with room. Over the whole stored history, nothing is ever over quota, over a cluster's
 devices, or over a node's."""
 
 from __future__ import annotations
@@ -169,3 +170,37 @@ class History:
         for cluster_id, held in in_cluster.items():
             total = sum(d for (c, _), d in self.nodes.items() if c == cluster_id)
             assert held <= total, (position, cluster_id, held, total)
+
+
+async def test_a_share_waiting_for_capacity_moves_when_another_cluster_has_room(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path
+) -> None:
+    settings = Settings(
+        nats_url=nats_server.url,
+        store_url=None,
+        data_dir=tmp_path / "hub",
+        placement_move_after=1.0,
+    )
+    east = {"east": [SimNode("east-n1", "H100", 2)]}
+    west = {"west": [SimNode("west-n1", "H100", 4)]}
+    async with running_hub(settings):
+        await command(client, "q", "project.set_quota", project="p", device_class="H100", devices=8)
+        async with simulated_operators(client, east, ready_after=0.1, heartbeat_every=0.2):
+            await until_event(client, "cluster", "east", "InventoryReported")
+            await command(client, "chat", "workload.create", **unpinned("chat", 4))
+            await until_status(client, "chat--east", "the 2 that fit ready", serving(2))
+            view_east = await health(client, "chat--east")
+            assert view_east["admission"]["reason"] == "insufficient_capacity"
+            async with simulated_operators(client, west, ready_after=0.1, heartbeat_every=0.2):
+                await until_event(client, "workload", "chat", "WorkloadMoved")
+                await until_status(client, "chat--west", "2 moved to west", serving(2))
+                await until_status(client, "chat--east", "2 still on east", serving(2))
+
+                async def settled() -> bool:
+                    workload = await view(client, "workloads", "chat") or {}
+                    reasons = [m["reason"] for m in workload.get("moves", ())]
+                    east_now = await health(client, "chat--east")
+                    return reasons == ["pending_too_long"] and east_now["waiting_replicas"] == 0
+
+                await wait_for(settled, 30, "one move, and nothing waiting on east")
+    History(read_store(tmp_path / "hub")).check()
