@@ -1001,7 +1001,7 @@ class Ledger:
             )
         else:
             with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-                open_ = ((c, f) for c, f in most if c not in stopped)
+                open_ = ((c, f) for c, f in most if c not in stopped) if stopped else most
                 new = shares(
                     w.replicas, w.per_replica, current, free, by_room(open_, fit, w.per_replica)
                 )
