@@ -21,6 +21,11 @@ released in its cluster or project; and then only the head of each queue is.
 
 A deleted deployment is never admitted again, and its grant is released at once; what its live
 replicas hold stays counted until they are seen terminated. A deleted workload is never placed.
+
+Placement also moves what it placed (domain/moves.py reads the ledger for the moves due and
+records them here as placements, so admission still decides for what moved). The ledger keeps
+what that needs: clusters' labels, since when each unreachable one is, since when each
+deployment waits (from the events' timestamps), and workloads' preferences.
 """
 
 from __future__ import annotations
@@ -70,14 +75,24 @@ from wingsmith.domain.nodes import (
     span,
     workers_per_replica,
 )
-from wingsmith.domain.placement import RoomIndex, by_room, shares
+from wingsmith.domain.placement import (
+    Move,
+    Preferences,
+    RoomIndex,
+    by_room,
+    preferred_shares,
+    shares,
+)
 from wingsmith.domain.project import QuotaSet
 from wingsmith.domain.replica import ReplicaStarted, ReplicaTerminated
 from wingsmith.domain.workload import (
     DeploymentAttached,
+    MoveReason,
+    PlacementPreferencesChanged,
     PlacementReason,
     WorkloadCreated,
     WorkloadDeleted,
+    WorkloadMoved,
     WorkloadScaled,
     WorkloadServingConfigChanged,
 )
@@ -124,6 +139,9 @@ class Slot:
     workers: int = 1  # engine workers per replica: 2 when disaggregated
     short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
     limits: Limits = (None, None)  # the quota and capacity its last decision reported
+    workload: str | None = None  # the workload it is a share of, if any
+    waiting_at: str | None = None  # the time (ISO) it began to wait: when a move is due
+    moved_off: bool = False  # disabled by placement when its lost cluster's share moved away
 
     @property
     def per_worker(self) -> int:
@@ -165,6 +183,7 @@ class Planned:
     allowed: tuple[str, ...] | None
     deployments: dict[str, str] = field(default_factory=dict)  # cluster -> deployment id
     deferred: bool = False  # placement found nowhere to go and said so
+    preferences: Preferences = field(default_factory=Preferences)
 
     @property
     def per_worker(self) -> int:
@@ -180,6 +199,9 @@ class Placement:
     previous: dict[str, int]  # their shares before, where the workload was on them
     message: str | None = None  # no shares: why
     reason: str | None = None  # no shares: why, as a PlacementReason
+    move: Move | None = None  # the shares change as a move
+    disable: str | None = None  # the cluster whose deployment is disabled with it (lost)
+    enable: str | None = None  # the cluster whose (disabled) deployment takes replicas again
 
 
 CAPACITY, QUOTA = AdmissionReason.INSUFFICIENT_CAPACITY, AdmissionReason.INSUFFICIENT_QUOTA
@@ -249,6 +271,12 @@ class Ledger:
     workloads: dict[str, Planned] = field(default_factory=dict)
     to_place: dict[str, None] = field(default_factory=dict)
     unplaced: dict[str, dict[str, None]] = field(default_factory=dict)  # class -> workloads
+    # moves: clusters' labels, since when each unreachable one is (ISO), the workloads with
+    # preferences, and the time of the event being folded
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    unreachable_at: dict[str, str | None] = field(default_factory=dict)
+    preferring: dict[str, None] = field(default_factory=dict)
+    at: str | None = None
 
     # -- folding events ------------------------------------------------------------------
 
@@ -262,6 +290,7 @@ class Ledger:
         if position <= self.position:
             return []
         self.position = position
+        self.at = e.get("timestamp")
         fold = FOLDS.get(event_type)
         return [] if fold is None else list(fold(self, aggregate_id, e))
 
@@ -292,6 +321,7 @@ class Ledger:
     @handles(ClusterRegistered)
     def _cluster_registered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
+        self.labels[cluster] = dict(e.get("labels") or {})
         return []
 
     def reachability(self) -> dict[str, bool]:
@@ -310,10 +340,12 @@ class Ledger:
 
     @handles(ClusterUnreachable)
     def _cluster_unreachable(self, cluster: str, e: E) -> list[str]:
+        self.unreachable_at.setdefault(cluster, self.at)
         return self._reach(cluster, False)
 
     @handles(ClusterReachable)
     def _cluster_reachable(self, cluster: str, e: E) -> list[str]:
+        self.unreachable_at.pop(cluster, None)
         return self._reach(cluster, True)
 
     @handles(InventoryReported)
@@ -372,6 +404,9 @@ class Ledger:
     @handles(WorkloadCreated)
     def _workload_created(self, workload_id: str, e: E) -> list[str]:
         allowed = e.get("allowed_clusters")
+        preferences = Preferences.model_validate(e.get("preferences") or {})
+        if preferences.given:
+            self.preferring[workload_id] = None
         self.workloads[workload_id] = Planned(
             project=e["project"],
             device_class=e["device_class"],
@@ -381,7 +416,20 @@ class Ledger:
             pinned=e["cluster_pin"] is not None,
             workers=workers_per_replica(e["serving"]),
             allowed=None if allowed is None else tuple(allowed),
+            preferences=preferences,
         )
+        self.to_place[workload_id] = None
+        return []
+
+    @handles(PlacementPreferencesChanged)
+    def _preferences_changed(self, workload_id: str, e: E) -> list[str]:
+        """New replicas follow them; rebalancing moves the others (`moves`)."""
+        w = self.workloads[workload_id]
+        w.preferences = Preferences.model_validate(e["preferences"])
+        if w.preferences.given:
+            self.preferring[workload_id] = None
+        else:
+            self.preferring.pop(workload_id, None)
         self.to_place[workload_id] = None
         return []
 
@@ -405,9 +453,20 @@ class Ledger:
         once, so that none of them is decided for on what another one's deletion released."""
         w = self.workloads.pop(workload_id)
         self.to_place.pop(workload_id, None)
+        self.preferring.pop(workload_id, None)
         self.unplaced.get(w.device_class, {}).pop(workload_id, None)
         released = [d for key in w.deployments.values() for d in self._delete(key)]
         return self.oldest_first(released)
+
+    @handles(WorkloadMoved)
+    def _workload_moved(self, workload_id: str, e: E) -> list[str]:
+        """What placement moved off a lost cluster whole (the move's own events fold the
+        shares): its deployment, disabled next, may take replicas again by a move."""
+        w = self.workloads.get(workload_id)
+        slot = self.deployments.get(w.deployments.get(e["from_cluster"], "")) if w else None
+        if slot is not None and e["reason"] == MoveReason.CLUSTER_LOST and not slot.desired:
+            slot.moved_off = True
+        return []
 
     @handles(DeploymentAttached)
     def _deployment_attached(self, workload_id: str, e: E) -> list[str]:
@@ -427,6 +486,7 @@ class Ledger:
                 digest=e["serving_digest"],
                 managed=e["authority"] == Authority.MANAGED,
                 workers=workers_per_replica(e["serving"]),
+                workload=e.get("workload_id"),
             ),
         )
 
@@ -446,7 +506,7 @@ class Ledger:
 
     @handles(DeploymentEnabled)
     def _deployment_enabled(self, deployment_id: str, e: E) -> list[str]:
-        return self._change(deployment_id, enabled=True)
+        return self._change(deployment_id, enabled=True, moved_off=False)
 
     @handles(DeploymentDisabled)
     def _deployment_disabled(self, deployment_id: str, e: E) -> list[str]:
@@ -960,15 +1020,23 @@ class Ledger:
             return None
         current = {c: self.deployments[d].desired for c, d in w.deployments.items()}
         fit = functools.partial(self._room_for, w)
+        stopped = self._stopped(w)
 
         def free(cluster: str) -> int | None:
             unclaimed = self.room.free(cluster, w.device_class)
-            return None if unclaimed is None else fit(cluster, unclaimed)
+            return None if unclaimed is None or cluster in stopped else fit(cluster, unclaimed)
 
-        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            new = shares(
-                w.replicas, w.per_replica, current, free, by_room(most, fit, w.per_replica)
+        if w.preferences.given:
+            candidates = self.candidates(w, exclude=stopped)
+            new = preferred_shares(
+                w.replicas, w.per_replica, current, candidates, w.preferences.strategy
             )
+        else:
+            with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+                open_ = ((c, f) for c, f in most if c not in stopped) if stopped else most
+                new = shares(
+                    w.replicas, w.per_replica, current, free, by_room(open_, fit, w.per_replica)
+                )
         if new:
             previous = {c: current[c] for c in new if c in current}
             return Placement(workload_id, w.replicas, w.digest, new, previous)
@@ -1013,8 +1081,14 @@ class Ledger:
                 per_replica=w.per_replica,
                 desired=share,
                 digest=w.digest,
+                workload=placement.workload_id,
             )
             decide += self._add(deployment_id, slot)
+        if placement.disable is not None:  # its replicas went elsewhere: it stops
+            decide += self._change(w.deployments[placement.disable], enabled=False)
+            self.deployments[w.deployments[placement.disable]].moved_off = True
+        if placement.enable is not None:
+            decide += self._change(w.deployments[placement.enable], enabled=True, moved_off=False)
         return decide
 
     def undo_placement(self, placement: Placement) -> list[str]:
@@ -1027,6 +1101,11 @@ class Ledger:
         if not placement.shares:
             w.deferred = False
         decide: list[str] = []
+        for cluster, enabled in ((placement.disable, True), (placement.enable, False)):
+            if cluster is not None and cluster in w.deployments:
+                decide += self._change(
+                    w.deployments[cluster], enabled=enabled, moved_off=not enabled
+                )
         for cluster in placement.shares:
             deployment_id = w.deployments.get(cluster)
             if deployment_id is None:
@@ -1047,6 +1126,41 @@ class Ledger:
         self._leave(deployment_id, slot)
         self._claim(slot, -slot.claim)
         return [d for d in self._heads_of(slot) if d in self.deployments]
+
+    # -- what moves see --------------------------------------------------------------------
+
+    def candidates(self, w: Planned, exclude: Container[str]) -> list[tuple[str, int]]:
+        """(cluster, room in devices) the workload may go to, most preferred first: reachable,
+        allowed, matching its selector, its workers fitting the nodes."""
+        found = []
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            for cluster, free in most:
+                if cluster in exclude or not w.preferences.matches(self.labels.get(cluster, {})):
+                    continue
+                counted = self._room_for(w, cluster, free)
+                if counted is not None:
+                    found.append((cluster, counted))
+        return w.preferences.order(found)
+
+    def room_anywhere(self, w: Planned) -> bool:
+        """Whether any candidate has free devices for one replica of the workload."""
+        with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
+            top = next(most, None)
+        return top is not None and top[1] >= w.per_replica
+
+    def held_off(self, w: Planned) -> set[str]:
+        """The clusters where a person disabled the workload's deployment: no move goes there,
+        and the workload is not rebalanced while one is."""
+        return {
+            c
+            for c, d in w.deployments.items()
+            if not (slot := self.deployments[d]).enabled and not slot.moved_off
+        }
+
+    def _stopped(self, w: Planned) -> set[str]:
+        """The clusters where the workload's deployment is disabled: placement gives them
+        nothing (a move may take it back, enabling it)."""
+        return {c for c, d in w.deployments.items() if not self.deployments[d].enabled}
 
     def _reach(self, cluster: str, reachable: bool) -> list[str]:
         self.reachable[cluster] = reachable
@@ -1226,7 +1340,7 @@ class Ledger:
     def _wait(self, deployment_id: str, slot: Slot) -> None:
         """Join both queues, keeping the place already held."""
         if deployment_id not in self.waiting_in.get((slot.cluster, slot.device_class), {}):
-            slot.waiting_since = self.position
+            slot.waiting_since, slot.waiting_at = self.position, self.at
         self.waiting_in.setdefault((slot.cluster, slot.device_class), {})[deployment_id] = None
         self.waiting_for.setdefault((slot.project, slot.device_class), {})[deployment_id] = None
 

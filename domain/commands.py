@@ -22,6 +22,7 @@ from wingsmith.domain import engine_flags, names
 from wingsmith.domain.admission import Decision, Placement
 from wingsmith.domain.base import Writer
 from wingsmith.domain.contracts import reports as r
+from wingsmith.domain.placement import Preferences, Strategy
 from wingsmith.domain.values import (
     DeploymentId,
     DeviceClass,
@@ -32,6 +33,7 @@ from wingsmith.domain.values import (
     Name,
     ServingConfig,
 )
+from wingsmith.domain.workload import MoveReason
 
 CommandId = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][-_.:A-Za-z0-9]*$", min_length=1, max_length=128)
@@ -103,6 +105,20 @@ class CreateWorkload(Command):
         description="Allow-list: placement chooses only among these clusters",
     )
     engine_args: list[EngineArg] = Field(default_factory=list, max_length=256)
+    preferred_clusters: list[Name] = Field(
+        default_factory=list, max_length=64, description="Clusters placement tries first, in order"
+    )
+    cluster_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Only clusters with all these labels are candidates",
+    )
+    strategy: Strategy = Field(
+        default=Strategy.PACK, description="pack: fill one cluster, then the next; spread: even"
+    )
+
+    def preferences(self) -> Preferences:
+        return _preferences(self.preferred_clusters, self.cluster_selector, self.strategy)
 
     @field_validator("engine_args")
     @classmethod
@@ -115,6 +131,28 @@ class CreateWorkload(Command):
         if problems:
             raise ValueError("; ".join(problems))
         return args
+
+
+class SetPlacementPreferences(Command):
+    """Where the workload's replicas should rather run: new replicas follow at once, the
+    others move as rebalancing finds room. All empty (and `pack`): placement's default."""
+
+    subject = "workload.set_preferences"
+    workload_id: Name
+    preferred_clusters: list[Name] = Field(default_factory=list, max_length=64)
+    cluster_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    strategy: Strategy = Strategy.PACK
+
+    def preferences(self) -> Preferences:
+        return _preferences(self.preferred_clusters, self.cluster_selector, self.strategy)
+
+
+def _preferences(preferred: list[str], selector: dict[str, str], strategy: Strategy) -> Preferences:
+    return Preferences(
+        preferred_clusters=tuple(dict.fromkeys(preferred)),
+        cluster_selector=dict(selector),
+        strategy=strategy,
+    )
 
 
 class ScaleWorkload(Command):
@@ -189,6 +227,16 @@ class DecideAdmission(Command):
         return cls(command_id=command_id, correlation_id=correlation_id, **fields)
 
 
+class MoveSpec(BaseModel):
+    """A placement that is a move: replicas of one cluster's share given to another."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    from_cluster: str
+    to_cluster: str
+    replicas: int = Field(ge=1)
+    reason: MoveReason
+
+
 class PlaceWorkload(Command):
     """Internal: placement's new shares for a workload, valid only while the workload still
     has `replicas` and `serving_digest` and its deployments the `previous` shares. No shares:
@@ -202,6 +250,9 @@ class PlaceWorkload(Command):
     previous: dict[str, int]
     message: str | None = None
     reason: str | None = None
+    move: MoveSpec | None = None
+    disable: str | None = None
+    enable: str | None = None
 
     @classmethod
     def of(cls, p: Placement, command_id: str, correlation_id: str | None) -> PlaceWorkload:
@@ -307,6 +358,7 @@ COMMANDS: dict[str, type[Command]] = {
         RegisterCluster,
         ReportInventory,
         CreateWorkload,
+        SetPlacementPreferences,
         ScaleWorkload,
         ChangeServingConfig,
         DeleteWorkload,

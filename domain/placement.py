@@ -13,13 +13,146 @@ Policy (docs/scheduling.md, "Placement"):
 - Shrinking takes from the largest shares first, so as few clusters as possible change.
 - Only clusters whose share changes are touched; a share may fall to zero (the deployment stays,
   scaled to zero).
+
+A workload with preferences (`Preferences`) is placed by them instead (`preferred_shares`):
+the candidates are narrowed to the clusters whose labels match its selector and ordered by its
+list of preferred clusters (the others after, most room first); `pack` fills the first with
+room, then the next; `spread` gives each replica to the candidate with room holding the fewest.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from wingsmith.domain.values import LabelKey, LabelValue, Name
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Replicas of a workload's share on one cluster given to another, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: str  # a MoveReason (domain/workload.py)
+
+
+class Strategy(StrEnum):
+    PACK = "pack"  # fill the most preferred cluster with room first, then the next
+    SPREAD = "spread"  # as even as room allows over every matching cluster
+
+
+class Preferences(BaseModel):
+    """Where a workload's replicas should rather go. Empty: placement's default (most room)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    preferred_clusters: tuple[Name, ...] = Field(default=(), max_length=64)
+    cluster_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+    strategy: Strategy = Strategy.PACK
+
+    @property
+    def given(self) -> bool:
+        return bool(self.preferred_clusters or self.cluster_selector) or (
+            self.strategy is Strategy.SPREAD
+        )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a cluster with these labels may take the workload's replicas."""
+        return all(labels.get(k) == v for k, v in self.cluster_selector.items())
+
+    def order(self, candidates: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """(cluster, room) most preferred first: the listed ones in their order, then the
+        others as they come (most room first)."""
+        rank = {c: i for i, c in enumerate(self.preferred_clusters)}
+        listed = sorted((t for t in candidates if t[0] in rank), key=lambda t: rank[t[0]])
+        return listed + [t for t in candidates if t[0] not in rank]
+
+
+def preferred_shares(
+    total: int,
+    per_replica: int,
+    current: dict[str, int],
+    candidates: list[tuple[str, int]],
+    strategy: Strategy,
+) -> dict[str, int]:
+    """The workload's new shares by its preferences: `candidates` are (cluster, free devices
+    beyond what is claimed there, this workload included) most preferred first. Returns only
+    the clusters whose share changes; {} also when there is nowhere to go."""
+    change = total - sum(current.values())
+    if change < 0:
+        return _shrink_by(current, -change, [c for c, _ in candidates], strategy)
+    if change == 0:
+        return {}
+    grown = dict(current)
+    rooms = {c: room // per_replica if per_replica else 0 for c, room in candidates}
+    order = [c for c, _ in candidates]
+    left = (_pack if strategy is Strategy.PACK else _spread)(grown, rooms, order, change)
+    if left:  # no room anywhere: the rest waits for capacity on the first choice
+        target = _waiting_place(grown, order, strategy)
+        if target is None:
+            return {}
+        grown[target] = grown.get(target, 0) + left
+    return {c: n for c, n in grown.items() if n != current.get(c, 0)}
+
+
+def _pack(grown: dict[str, int], rooms: dict[str, int], order: list[str], change: int) -> int:
+    for cluster in order:
+        take = min(change, rooms[cluster])
+        if take:
+            grown[cluster] = grown.get(cluster, 0) + take
+            change -= take
+    return change
+
+
+def _spread(grown: dict[str, int], rooms: dict[str, int], order: list[str], change: int) -> int:
+    heap = [(grown.get(c, 0), i, c) for i, c in enumerate(order) if rooms[c] > 0]
+    heapq.heapify(heap)
+    while change and heap:
+        share, i, cluster = heapq.heappop(heap)
+        grown[cluster] = share + 1
+        rooms[cluster] -= 1
+        change -= 1
+        if rooms[cluster] > 0:
+            heapq.heappush(heap, (share + 1, i, cluster))
+    return change
+
+
+def _waiting_place(grown: dict[str, int], order: list[str], strategy: Strategy) -> str | None:
+    if not order:
+        return max(grown, key=lambda c: (grown[c], c), default=None)
+    if strategy is Strategy.PACK:
+        return order[0]
+    return min(order, key=lambda c: (grown.get(c, 0), order.index(c)))
+
+
+def _shrink_by(
+    current: dict[str, int], cut: int, order: list[str], strategy: Strategy
+) -> dict[str, int]:
+    """Take from clusters no longer candidates first, then the least preferred (pack) or the
+    largest shares (spread)."""
+    rank = {c: i for i, c in enumerate(order)}
+    if strategy is Strategy.SPREAD:  # one at a time from the largest: as even as it was
+        left = dict(current)
+        for _ in range(cut):
+            cluster = max(
+                (c for c in left if left[c]), key=lambda c: (c not in rank, left[c], rank.get(c, 0))
+            )
+            left[cluster] -= 1
+        return {c: n for c, n in left.items() if n != current[c]}
+    new: dict[str, int] = {}
+    for cluster in sorted(current, key=lambda c: (c in rank, -rank.get(c, 0), c)):
+        take = min(cut, current[cluster])
+        if take:
+            new[cluster] = current[cluster] - take
+            cut -= take
+    return new
 
 
 class RoomIndex:

@@ -10,7 +10,18 @@ from enum import StrEnum
 from typing import Any
 
 from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
+from wingsmith.domain.placement import Preferences
 from wingsmith.domain.values import ServingConfig
+
+MOVES_KEPT = 20  # the last moves a workload remembers (its view shows them)
+
+
+class MoveReason(StrEnum):
+    """Why placement moved replicas of a workload from one cluster to another."""
+
+    PENDING_TOO_LONG = "pending_too_long"  # its share waited there longer than allowed
+    CLUSTER_LOST = "cluster_lost"  # the cluster was unreachable past its grace period
+    REBALANCE = "rebalance"  # room came back where its preferences point
 
 
 class PlacementReason(StrEnum):
@@ -34,6 +45,8 @@ class Workload(Aggregate):
     unplaced: str | None  # why placement found nowhere to go, until it does
     unplaced_reason: PlacementReason | None  # ... as a reason
     deleted: bool
+    preferences: Preferences
+    moves: tuple[dict[str, Any], ...]  # the last MOVES_KEPT moves, oldest first
 
     @classmethod
     def create(
@@ -48,8 +61,11 @@ class Workload(Aggregate):
         cluster_pin: str | None,
         allowed_clusters: tuple[str, ...] | None = None,
         engine_args: tuple[str, ...] = (),
+        preferences: Preferences | None = None,
     ) -> Workload:
         _check_replicas(replicas)
+        if preferences is not None and preferences.given:
+            _check_preferences(cluster_pin, preferences)
         if cluster_pin is not None and allowed_clusters is not None:
             raise InvalidValue(
                 "a pinned workload has no allow-list: give cluster or clusters, not both",
@@ -69,6 +85,36 @@ class Workload(Aggregate):
             cluster_pin=cluster_pin,
             allowed_clusters=allowed_clusters,
             engine_args=engine_args,
+            preferences=preferences if preferences is not None and preferences.given else None,
+        )
+
+    def set_preferences(self, cause: Cause, preferences: Preferences) -> None:
+        """Where placement should rather put the workload's replicas from now on. Nothing
+        moves at once: new replicas follow them, and rebalancing moves the rest as room allows."""
+        self.check_not_deleted()
+        _check_preferences(self.cluster_pin, preferences)
+        if preferences != self.preferences:
+            self._record(PlacementPreferencesChanged, cause, preferences=preferences)
+
+    def record_move(
+        self, cause: Cause, from_cluster: str, to_cluster: str, replicas: int, reason: MoveReason
+    ) -> None:
+        """Placement moved `replicas` of the workload's share on one cluster to another (the
+        handler changes the two deployments in the same command)."""
+        self.check_not_deleted()
+        if self.cluster_pin is not None:
+            raise InvalidValue(f"workload {self.key!r} is pinned; it never moves", field="move")
+        if from_cluster not in self.deployments:
+            raise InvalidValue(f"no deployment on {from_cluster!r} to move from", field="move")
+        if replicas <= 0 or from_cluster == to_cluster:
+            raise InvalidValue("a move takes at least one replica elsewhere", field="move")
+        self._record(
+            WorkloadMoved,
+            cause,
+            from_cluster=from_cluster,
+            to_cluster=to_cluster,
+            replicas=replicas,
+            reason=reason,
         )
 
     def scale(self, cause: Cause, replicas: int) -> None:
@@ -117,6 +163,14 @@ class Workload(Aggregate):
             raise NotFound(f"workload {self.key!r} was deleted", field="workload_id")
 
 
+def _check_preferences(cluster_pin: str | None, preferences: Preferences) -> None:
+    if cluster_pin is not None:
+        raise InvalidValue(
+            "a pinned workload has no placement preferences: it runs on its pin",
+            field="preferred_clusters",
+        )
+
+
 def _check_replicas(replicas: int) -> None:
     if replicas < 0:
         raise InvalidValue("replicas cannot be negative", field="replicas")
@@ -132,6 +186,7 @@ class WorkloadCreated(Created):
     cluster_pin: str | None
     allowed_clusters: tuple[str, ...] | None = None
     engine_args: tuple[str, ...] = ()
+    preferences: Preferences | None = None
 
     def apply(self, workload: Any) -> None:
         workload.project = self.project
@@ -146,6 +201,8 @@ class WorkloadCreated(Created):
         workload.unplaced = None
         workload.unplaced_reason = None
         workload.deleted = False
+        workload.preferences = self.preferences or Preferences()
+        workload.moves = ()
 
 
 class WorkloadScaled(Event):
@@ -180,6 +237,32 @@ class DeploymentAttached(Event):
     def apply(self, workload: Any) -> None:
         workload.deployments = {**workload.deployments, self.cluster_id: self.deployment_key}
         workload.unplaced = workload.unplaced_reason = None
+
+
+class PlacementPreferencesChanged(Event):
+    preferences: Preferences
+
+    def apply(self, workload: Any) -> None:
+        workload.preferences = self.preferences
+
+
+class WorkloadMoved(Event):
+    """Replicas of the workload moved from one cluster's deployment to another's, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: MoveReason
+
+    def apply(self, workload: Any) -> None:
+        move = {
+            "from_cluster": self.from_cluster,
+            "to_cluster": self.to_cluster,
+            "replicas": self.replicas,
+            "reason": self.reason.value,
+            "at": self.timestamp.isoformat(),
+        }
+        workload.moves = (*workload.moves, move)[-MOVES_KEPT:]
 
 
 class PlacementDeferred(Event):

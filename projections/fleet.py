@@ -53,6 +53,7 @@ from wingsmith.domain.discovery import (
     DiscoveryTracked,
     DiscoveryVanished,
 )
+from wingsmith.domain.placement import Preferences
 from wingsmith.domain.project import QuotaSet
 from wingsmith.domain.replica import (
     ReplicaNotReady,
@@ -62,10 +63,13 @@ from wingsmith.domain.replica import (
 )
 from wingsmith.domain.values import holds_stand_ins
 from wingsmith.domain.workload import (
+    MOVES_KEPT,
     DeploymentAttached,
     PlacementDeferred,
+    PlacementPreferencesChanged,
     WorkloadCreated,
     WorkloadDeleted,
+    WorkloadMoved,
     WorkloadScaled,
     WorkloadServingConfigAmended,
     WorkloadServingConfigChanged,
@@ -1014,10 +1018,11 @@ class Allocations(_Allocations[v.AllocationView]):
 class Workloads(Projection[v.WorkloadView]):
     """Key: workload id. A workload as declared: what it serves, where it may go, the
     deployment it has on each cluster, and why placement found nowhere to go (null once it
-    did). For listing and reading workloads without the event store."""
+    did), its placement preferences and its last moves. For listing and reading workloads
+    without the event store."""
 
     name = v.WORKLOADS.name
-    version = 2  # 2: unplaced_reason
+    version = 2  # 2: unplaced_reason, preferences, moves
 
     @handles(WorkloadCreated)
     def _created(self, workload_id: str, e: E) -> Keys:
@@ -1035,6 +1040,8 @@ class Workloads(Projection[v.WorkloadView]):
             "deployments": {},
             "unplaced": None,
             "unplaced_reason": None,
+            "preferences": _preferences(e.get("preferences")),
+            "moves": [],
             "created_at": e["timestamp"],
             "updated_at": e["timestamp"],
         }
@@ -1059,6 +1066,24 @@ class Workloads(Projection[v.WorkloadView]):
             view["deployments"][e["cluster_id"]] = e["deployment_key"]
         return self._set(workload_id, e, unplaced=None, unplaced_reason=None)
 
+    @handles(PlacementPreferencesChanged)
+    def _preferences(self, workload_id: str, e: E) -> Keys:
+        return self._set(workload_id, e, preferences=_preferences(e["preferences"]))
+
+    @handles(WorkloadMoved)
+    def _moved(self, workload_id: str, e: E) -> Keys:
+        view = self.views.get(workload_id)
+        if view is None:
+            return ()
+        move: v.MoveDocument = {
+            "from_cluster": e["from_cluster"],
+            "to_cluster": e["to_cluster"],
+            "replicas": e["replicas"],
+            "reason": e["reason"],
+            "at": e["timestamp"],
+        }
+        return self._set(workload_id, e, moves=[*view["moves"], move][-MOVES_KEPT:])
+
     @handles(PlacementDeferred)
     def _deferred(self, workload_id: str, e: E) -> Keys:
         return self._set(workload_id, e, unplaced=e["message"], unplaced_reason=e.get("reason"))
@@ -1074,6 +1099,16 @@ class Workloads(Projection[v.WorkloadView]):
             return ()
         cast(View, view).update(fields, updated_at=e["timestamp"])  # a view document is a dict
         return (workload_id,)
+
+
+def _preferences(given: E | None) -> v.PreferencesDocument:
+    """The view's preferences: what the event says, every field given."""
+    found = Preferences.model_validate(given or {})
+    return {
+        "preferred_clusters": list(found.preferred_clusters),
+        "cluster_selector": dict(found.cluster_selector),
+        "strategy": found.strategy.value,
+    }
 
 
 class Clusters(Projection[v.ClusterView]):

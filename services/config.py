@@ -81,6 +81,9 @@ class Settings:
     admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1
     cluster_silence: float = 30.0  # seconds without a heartbeat before a cluster is unreachable
+    placement_move_after: float = 300.0  # seconds a share waits for capacity before it moves
+    cluster_lost_after: float = 600.0  # seconds unreachable before a cluster's shares move
+    rebalance_max_fraction: float = 0.25  # of a workload's replicas one rebalancing move takes
     observation_rate: float = 200.0  # reports a second each cluster may have handled, sustained
     observation_burst: float = 5000.0  # ... and at once
     stream_max_bytes: dict[str, int] = field(default_factory=dict)  # stream -> size limit

@@ -188,6 +188,15 @@ class Environment(BaseSettings):
     admission: Annotated[bool, _switch(True)] = _var("WINGSMITH_ADMISSION", True)
     stream_replicas: Annotated[int, _read(_replicas)] = _var("WINGSMITH_STREAM_REPLICAS", 1)
     cluster_silence: Annotated[float, _number(1, 86_400)] = _var("WINGSMITH_CLUSTER_SILENCE", 30.0)
+    placement_move_after: Annotated[float, _number(0.1, 86_400)] = _var(
+        "WINGSMITH_PLACEMENT_MOVE_AFTER", 300.0
+    )
+    cluster_lost_after: Annotated[float, _number(0.1, 86_400)] = _var(
+        "WINGSMITH_CLUSTER_LOST_AFTER", 600.0
+    )
+    rebalance_max_fraction: Annotated[float, _number(0, 1)] = _var(
+        "WINGSMITH_REBALANCE_MAX_FRACTION", 0.25
+    )
     intake_max_lag: Annotated[float, _number(0.01, 3_600)] = _var("WINGSMITH_INTAKE_MAX_LAG", 0.25)
     operator_sync_every: Annotated[float, _number(0.1, 86_400)] = _var(
         "WINGSMITH_OPERATOR_SYNC_EVERY", 60.0

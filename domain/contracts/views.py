@@ -200,9 +200,28 @@ class AllocationView(TypedDict):
     engine_version: str
 
 
+class PreferencesDocument(TypedDict):
+    """Where a workload's replicas should rather run (domain/placement.py `Preferences`)."""
+
+    preferred_clusters: list[str]  # tried first, in this order
+    cluster_selector: dict[str, str]  # only clusters with all these labels
+    strategy: str  # pack | spread
+
+
+class MoveDocument(TypedDict):
+    """Replicas placement moved from one cluster to another, and why."""
+
+    from_cluster: str
+    to_cluster: str
+    replicas: int
+    reason: str  # pending_too_long | cluster_lost | rebalance
+    at: str
+
+
 class WorkloadView(TypedDict):
     """`workloads`, by workload id: the workload as declared, its deployment on each cluster,
-    and why placement found nowhere to go (null once it did)."""
+    why placement found nowhere to go (null once it did), its placement preferences and its
+    last 20 moves, oldest first."""
 
     workload_id: str
     project: str
@@ -216,6 +235,8 @@ class WorkloadView(TypedDict):
     deployments: dict[str, str]  # cluster id -> deployment id
     unplaced: str | None
     unplaced_reason: str | None  # no_cluster_has_device_class, no_node_holds_a_pod
+    preferences: PreferencesDocument
+    moves: list[MoveDocument]
     created_at: str
     updated_at: str
 
@@ -296,6 +317,8 @@ class Workload(TypedDict):
     deployments: list[Placement]
     unplaced: str | None
     unplaced_reason: str | None
+    preferences: PreferencesDocument
+    moves: list[MoveDocument]  # the last 20, oldest first
     created_at: str
     updated_at: str
     phase: str

@@ -58,6 +58,7 @@ def body_model(command: type[c.Command], *, without: tuple[str, ...] = ()) -> ty
 CreateWorkloadBody = body_model(c.CreateWorkload)
 ScaleBody = body_model(c.ScaleWorkload, without=("workload_id",))
 ServingBody = body_model(c.ChangeServingConfig, without=("workload_id",))
+PreferencesBody = body_model(c.SetPlacementPreferences, without=("workload_id",))
 AuthorityBody = body_model(c.PromoteAuthority, without=("deployment_id",))
 EngineArgsBody = body_model(c.SetEngineArgs, without=("deployment_id",))
 PromoteBody = body_model(c.PromoteDiscovery, without=("discovery_id",))
@@ -67,6 +68,7 @@ BODIES: list[type[BaseModel]] = [
     CreateWorkloadBody,
     ScaleBody,
     ServingBody,
+    PreferencesBody,
     AuthorityBody,
     EngineArgsBody,
     PromoteBody,
@@ -299,6 +301,23 @@ async def change_serving(request: Request, ref: Ref, holder: Writer) -> JSONResp
     key = r.workload_id(_views(request), ref)
     fields = {"workload_id": key}
     reply = await _act(request, holder, c.ChangeServingConfig, fields, ServingBody, WORKLOAD_REF)
+    return _answer(reply, lambda: r.workload(_views(request), key))
+
+
+@router.put(
+    "/workloads/{ref}/preferences",
+    tags=["workloads"],
+    openapi_extra=_body(PreferencesBody),
+    **_writes(v.Workload),
+)
+async def set_preferences(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
+    """Where the workload's replicas should rather run: new ones follow at once, the others
+    move as rebalancing finds room (docs/scheduling.md, "Placement that moves")."""
+    key = r.workload_id(_views(request), ref)
+    fields = {"workload_id": key}
+    reply = await _act(
+        request, holder, c.SetPlacementPreferences, fields, PreferencesBody, WORKLOAD_REF
+    )
     return _answer(reply, lambda: r.workload(_views(request), key))
 
 

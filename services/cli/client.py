@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 from wingsmith.domain.deployment import AdmissionPhase, Authority
+from wingsmith.domain.placement import Strategy
 from wingsmith.domain.values import Backend, ServingMode
 from wingsmith.services.cli.podflags import add_pod_flags, pod_from
 from wingsmith.services.cli.terminal import Progress, table
@@ -248,8 +249,48 @@ async def _create_workload(api: ApiClient, args: argparse.Namespace) -> str | No
         }
         if args.cluster:
             body["cluster"] = args.cluster
+        body |= _preferences_from(args)
     created = await api.call("POST", "/v1/workloads", body)
     return await _then_wait(api, args, created)
+
+
+def _preferences_from(args: argparse.Namespace) -> dict[str, Any]:
+    """--prefer A,B  --selector key=value (repeated)  --strategy pack|spread: only those given."""
+    found: dict[str, Any] = {}
+    if args.prefer:
+        found["preferred_clusters"] = [c for c in args.prefer.split(",") if c]
+    if args.selector:
+        pairs = [pair.partition("=") for pair in args.selector]
+        bad = [key for key, eq, _ in pairs if not eq]
+        if bad:
+            raise ValueError(f"--selector takes key=value, not {bad[0]!r}")
+        found["cluster_selector"] = {key: value for key, _, value in pairs}
+    if args.strategy:
+        found["strategy"] = args.strategy
+    return found
+
+
+async def _prefer(api: ApiClient, args: argparse.Namespace) -> str:
+    """Replaces the workload's preferences with what is given (nothing: placement's default)."""
+    changed = await api.call(
+        "PUT", f"/v1/workloads/{args.ref}/preferences", _preferences_from(args)
+    )
+    return _out(args, changed, _fields)
+
+
+def _preference_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefer", metavar="CLUSTERS", help="clusters to try first: a,b,c")
+    parser.add_argument(
+        "--selector",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only clusters with this label (repeat for more)",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=[s.value for s in Strategy],
+        help="pack: fill one cluster, then the next (default); spread: as even as room allows",
+    )
 
 
 async def _scale(api: ApiClient, args: argparse.Namespace) -> str | None:
@@ -589,6 +630,7 @@ def _workloads(cli: _Nouns) -> None:
     create.add_argument("--device-class", help="e.g. NVIDIA-H100-80GB-HBM3")
     create.add_argument("--replicas", type=int)
     create.add_argument("--cluster", help="pin it to this cluster")
+    _preference_flags(create)
     _serving_flags(create, file="the whole request (JSON or YAML; - for stdin)")
     _wait_flags(create)
     scale = cli.verb(workloads, "scale", _scale, "change the total replicas")
@@ -604,6 +646,11 @@ def _workloads(cli: _Nouns) -> None:
     serving.add_argument("ref", help="the workload's name")
     _serving_flags(serving, file="the serving config (JSON or YAML; - for stdin)")
     _wait_flags(serving)
+    prefer = cli.verb(
+        workloads, "prefer", _prefer, "set where its replicas should rather run (moves follow)"
+    )
+    prefer.add_argument("ref", help="the workload's name")
+    _preference_flags(prefer)
     delete = cli.verb(workloads, "delete", _delete, "delete it and its deployments")
     delete.add_argument("ref", help="the workload's name")
 

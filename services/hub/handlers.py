@@ -97,6 +97,8 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         check_device_class(cmd.device_class, repo.reported_device_classes(), project.quota)
     for cluster in [cmd.cluster] if cmd.cluster is not None else cmd.clusters or ():
         _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
+    for cluster in cmd.preferred_clusters:
+        _require(repo, Cluster, cluster, "preferred_clusters")
     workload = Workload.create(
         cause,
         cmd.workload_id,
@@ -107,6 +109,7 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         cluster_pin=cmd.cluster,
         allowed_clusters=None if cmd.clusters is None else tuple(dict.fromkeys(cmd.clusters)),
         engine_args=tuple(cmd.engine_args),
+        preferences=cmd.preferences(),
     )
     repo.add(workload)
     if cmd.cluster is not None:  # pinned: its one deployment exists from the start
@@ -165,6 +168,18 @@ def _add_deployment(
     return deployment
 
 
+def set_placement_preferences(
+    repo: Repository, cmd: c.SetPlacementPreferences, cause: Cause
+) -> dict[str, Any]:
+    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    for cluster in cmd.preferred_clusters:
+        _require(repo, Cluster, cluster, "preferred_clusters")
+    workload.set_preferences(cause, cmd.preferences())
+    return _workload_result(workload) | {
+        "preferences": workload.preferences.model_dump(mode="json")
+    }
+
+
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
     """A pinned workload's one deployment scales with it; otherwise placement re-divides."""
     workload = _require(repo, Workload, cmd.workload_id, "workload_id")
@@ -209,7 +224,28 @@ def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict
         if deployment.desired_replicas != cmd.previous.get(cluster_id):
             raise StalePlacement(f"{key!r} was scaled since placement looked", field="shares")
         deployment.scale(cause, share)
+    if cmd.move is not None:
+        _move(repo, workload, cmd.move, cmd, cause)
     return _workload_result(workload) | {"shares": cmd.shares}
+
+
+def _move(
+    repo: Repository, workload: Workload, move: c.MoveSpec, cmd: c.PlaceWorkload, cause: Cause
+) -> None:
+    """A placement that moves replicas says so, and why; a lost cluster's deployment whose
+    whole share left is disabled (kept: its operator takes it down when the cluster returns),
+    and a disabled one taking replicas again is enabled."""
+    workload.record_move(cause, move.from_cluster, move.to_cluster, move.replicas, move.reason)
+    for cluster, enabled in ((cmd.disable, False), (cmd.enable, True)):
+        if cluster is None:
+            continue
+        key = workload.deployments.get(cluster)
+        if key is None:
+            raise StalePlacement(f"no deployment on {cluster!r} any more", field="move")
+        deployment = _require(repo, Deployment, key, "move")
+        if deployment.enabled == enabled:
+            raise StalePlacement(f"{key!r} was enabled or disabled meanwhile", field="move")
+        (deployment.enable if enabled else deployment.disable)(cause)
 
 
 def change_serving_config(
@@ -542,6 +578,7 @@ HANDLERS: dict[type[c.Command], Handler] = {
     c.RegisterCluster: register_cluster,
     c.ReportInventory: report_inventory,
     c.CreateWorkload: create_workload,
+    c.SetPlacementPreferences: set_placement_preferences,
     c.ScaleWorkload: scale_workload,
     c.ChangeServingConfig: change_serving_config,
     c.DeleteWorkload: delete_workload,

@@ -24,6 +24,9 @@ its grant; the ledger folds it soon). Any other refused decision means the ledge
 store disagree: it starts over from the store, and leaves that deployment undecided until an
 event changes it (otherwise the same refusal would start it over for ever). An event it cannot
 fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
+
+On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
+on lost clusters, rebalancing toward preferences) and sends them as placements.
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from wingsmith.adapters.dead_letters import Component, SetAside
 from wingsmith.adapters.store import Notification
-from wingsmith.domain import subjects
+from wingsmith.domain import moves, subjects
 from wingsmith.domain.admission import Decision, Ledger, Placement
 from wingsmith.domain.base import split_id
 from wingsmith.domain.commands import (
@@ -70,6 +75,8 @@ DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone
 # the hub could not act now (its store failed, another writer won, an earlier decision of the
 # pass was refused): decided again after starting over, not set aside as a refusal would be
 PASSING = frozenset({"unavailable", "conflict", "chain_broken"})
+LOOKS_PER_DELAY = 4  # moves are looked for at least this often per their shortest delay
+LOOK_BOUNDS = (0.2, 30.0)  # seconds between looks for moves, at least and at most
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
@@ -87,11 +94,17 @@ class Scheduler:
         published_upto: Callable[[], Awaitable[int]],
         dead_letters: SetAside,
         buffer_limit: int = BUFFER_LIMIT,
+        move_rules: moves.MoveRules | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
-        has caught up with the store."""
+        has caught up with the store. `move_rules`: when placement moves what it placed (None:
+        it never does)."""
         self._read, self._execute, self._published_upto = read, execute, published_upto
         self._dead_letters = dead_letters
+        self.move_rules, self._clock = move_rules, clock
+        self._looked = clock()  # when moves were last looked for
+        self.moves_made = 0
         self._aside: list[tuple[str, str, bytes, str]] = []  # (reason, subject, data, msg_id)
         self.ledger = Ledger()
         # everything up to here is folded and decided for (health reads it)
@@ -182,10 +195,14 @@ class Scheduler:
         return True
 
     async def _wait(self) -> None:
-        """Until something is handed over; refused placements are tried again after a pause."""
+        """Until something is handed over; refused placements are tried again after a pause,
+        and moves looked for when their time comes."""
         self._arrived.clear()
+        pauses = [RETRY_AFTER] if self._retry else []
+        if self.move_rules is not None:
+            pauses.append(max(self._looked + self._look_every() - self._clock(), 0.0))
         try:
-            async with asyncio.timeout(RETRY_AFTER if self._retry else None):
+            async with asyncio.timeout(min(pauses, default=None)):
                 await self._arrived.wait()
         except TimeoutError:
             pass
@@ -244,7 +261,7 @@ class Scheduler:
         self._retry.clear()
         wanted, self._wanted = self._wanted, {}
         decisions = self._decide(list(wanted))
-        placements = self._placements()
+        placements = self._placements() + self._moves_due()
         touched = await self._send(decisions, placements, wanted)
         if touched:
             await self._send(self._decide(list(touched)), [], touched)
@@ -279,6 +296,35 @@ class Scheduler:
                 self._undecidable(workload_id, e)
         return made
 
+    def _look_every(self) -> float:
+        rules = self.move_rules
+        if rules is None:
+            return LOOK_BOUNDS[1]
+        shortest = min(rules.move_after, rules.lost_after).total_seconds()
+        return min(max(shortest / LOOKS_PER_DELAY, LOOK_BOUNDS[0]), LOOK_BOUNDS[1])
+
+    def _moves_due(self) -> list[tuple[Placement, list[str]]]:
+        """The moves due now, if it is time to look (each recorded in the ledger)."""
+        if self.move_rules is None or self._clock() - self._looked < self._look_every():
+            return []
+        self._looked = self._clock()
+        try:
+            made = moves.due(self.ledger, datetime.now(UTC), self.move_rules)
+        except Exception as e:
+            self._undecidable("moves", e)
+            return []
+        for placement, _ in made:
+            assert placement.move is not None
+            log.info(
+                "moving %d of %s from %s to %s: %s",
+                placement.move.replicas,
+                placement.workload_id,
+                placement.move.from_cluster,
+                placement.move.to_cluster,
+                placement.move.reason,
+            )
+        return made
+
     async def _send(
         self,
         decisions: list[Decision],
@@ -309,6 +355,7 @@ class Scheduler:
         for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
             if self._ran(command, reply):
                 self.placements += 1
+                self.moves_made += placement.move is not None
             else:  # tried again after the next events (see `_wait`)
                 self._retry.add(placement.workload_id)
                 decide = self.ledger.undo_placement(placement)

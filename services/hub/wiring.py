@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlparse
 
 from wingsmith.adapters import nats_bus
@@ -18,6 +19,7 @@ from wingsmith.adapters.dead_letters import stored as dead_letters_stored
 from wingsmith.adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import Notification, NotWritable, StoreThread, store_env
+from wingsmith.domain.moves import MoveRules
 from wingsmith.domain.names import HEALTH_SUBJECT
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.config import Settings, connect
@@ -121,7 +123,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         liveness: Liveness | None = None
         scheduler: Scheduler | None = None
         if relay is not None and settings.admission:
-            scheduler = scheduler_process(store, relay, commands, dead_letters)
+            scheduler = scheduler_process(store, relay, commands, dead_letters, settings)
             stages.scheduler_position = lambda: scheduler.position if scheduler else 0
             relay.on_published = scheduler.published
             if backpressure is not None:  # the scheduler follows the relay: its lag is the hub's
@@ -168,7 +170,11 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
 
 
 def scheduler_process(
-    store: StoreThread, relay: Relay, commands: CommandService, dead_letters: DeadLetters
+    store: StoreThread,
+    relay: Relay,
+    commands: CommandService,
+    dead_letters: DeadLetters,
+    settings: Settings,
 ) -> Scheduler:
     """The scheduler beside the relay, reading what it publishes."""
 
@@ -179,7 +185,12 @@ def scheduler_process(
         await relay.synced.wait()
         return relay.position
 
-    return Scheduler(read, commands.execute_all, published_upto, dead_letters)
+    rules = MoveRules(
+        move_after=timedelta(seconds=settings.placement_move_after),
+        lost_after=timedelta(seconds=settings.cluster_lost_after),
+        max_fraction=settings.rebalance_max_fraction,
+    )
+    return Scheduler(read, commands.execute_all, published_upto, dead_letters, move_rules=rules)
 
 
 async def open_writable_store(settings: Settings) -> StoreThread:

@@ -148,6 +148,10 @@ async def test_a_workload_from_quota_to_running_to_deleted(
 
     scaled = ok(await api.post("/v1/workloads/llama/scale", json={"replicas": 3}))
     assert scaled["replicas"] == 3
+    prefer = {"preferred_clusters": ["east"], "strategy": "spread"}
+    preferred = ok(await api.put("/v1/workloads/llama/preferences", json=prefer))
+    assert preferred["preferences"] == prefer | {"cluster_selector": {}}
+    assert preferred["moves"] == []
     await until(api, "/v1/deployments/llama", ready_replicas=3)
 
     serving = LLAMA | {"engine_version": "0.9.3"}
@@ -289,6 +293,22 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("POST", "/v1/workloads", {"json": {"workload_id": "x"}}, 422, "project"),
     ("POST", "/v1/workloads", {"json": WORKLOAD | {"project": "nobody"}}, 404, "project"),
     ("POST", "/v1/workloads/llama/scale", {"json": {"replicas": 1}}, 404, "ref"),
+    ("POST", "/v1/workloads", {"json": WORKLOAD | {"strategy": "scatter"}}, 422, "strategy"),
+    (
+        "POST",
+        "/v1/workloads",
+        {"json": WORKLOAD | {"cluster_selector": {"no spaces": "x"}}},
+        422,
+        "cluster_selector.no spaces.[key]",
+    ),
+    (
+        "POST",
+        "/v1/workloads",
+        {"json": WORKLOAD | {"preferred_clusters": ["mars"]}},
+        404,
+        "preferred_clusters",
+    ),
+    ("PUT", "/v1/workloads/llama/preferences", {"json": {"strategy": "spread"}}, 404, "ref"),
     ("POST", "/v1/deployments/nothing/enable", {}, 404, "ref"),
     ("POST", "/v1/discovered/nothing/track", {}, 404, "ref"),
     ("PUT", "/v1/projects/search/quotas/H100", {"json": {"devices": -1}}, 422, "devices"),

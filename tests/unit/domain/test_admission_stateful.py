@@ -9,10 +9,17 @@ at once; what its replicas hold stays counted until they terminate.
 Clusters have nodes of different sizes and deployments may be disaggregated or wider than a
 node: a grant that grows must also fit its new pods on the nodes, as recounted from the nodes'
 sizes, the pods live on each and the pods other grants may still start (domain/nodes.py); the
-cluster starts pods only on nodes with room for them."""
+cluster starts pods only on nodes with room for them.
+
+Placement moves, too: workloads get preferences (a list, a selector over cluster labels, pack
+or spread), clusters are lost and return, and time passes, on which the moves due are made
+through the hub's handler; the same safety holds at every decision. Liveness: once time has
+passed long enough, a share waiting for capacity, or left on a lost cluster, is where it is
+only because no other cluster it may go to has room for one replica of it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import settings
@@ -24,7 +31,9 @@ from wingsmith.domain.base import Aggregate, DomainError, Event, split_id
 from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
 from wingsmith.domain.commands import DeleteWorkload, PlaceWorkload
 from wingsmith.domain.deployment import AdmissionReason, Authority, Deployment
+from wingsmith.domain.moves import MoveRules, due
 from wingsmith.domain.nodes import nodes_per_worker, pack, pods, room
+from wingsmith.domain.placement import Preferences, Strategy
 from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
 from wingsmith.domain.values import ServingConfig, ServingMode
@@ -35,6 +44,11 @@ from .conftest import cluster, plane, serving
 
 CLUSTERS = ("east", "west")
 PROJECTS = ("p", "q")
+LABELS = {"east": {"tier": "gold"}, "west": {"tier": "silver"}}
+RULES = MoveRules(
+    move_after=timedelta(seconds=300), lost_after=timedelta(seconds=600), max_fraction=0.5
+)
+SELECTORS = st.sampled_from([{}, {}, {"tier": "gold"}, {"tier": "silver"}, {"tier": "none"}])
 
 
 # A cluster's nodes: (devices, unschedulable, devices held by pods Wingsmith does not manage)
@@ -73,7 +87,10 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.deployments: list[Deployment] = []
         self.replicas: list[Replica] = []
         self.workloads: dict[str, Workload] = {}
-        self.clusters = {name: Cluster.register(plane(), name, None, {}) for name in CLUSTERS}
+        self.later = timedelta()  # how far time has passed beyond the wall clock
+        self.clusters = {
+            name: Cluster.register(plane(), name, None, LABELS[name]) for name in CLUSTERS
+        }
         self.projects = {name: Project.register(plane(), name) for name in PROJECTS}
         for name, total in zip(CLUSTERS, totals, strict=True):
             self.clusters[name].hear_operator(cluster(), OPERATOR)
@@ -218,7 +235,115 @@ class AdmissionMachine(RuleBasedStateMachine):
     def live_deployments(self) -> list[Deployment]:
         return [d for d in self.deployments if not d.deleted]
 
+    def flush(self) -> None:
+        """Fold what waits to be folded (nothing here: every event is folded at once)."""
+
+    def tick(self) -> int:
+        """The scheduler's timer: the moves due now, each made through the hub's handler (the
+        ledger recorded it), then admission for what they changed. How many were made."""
+        self.flush()
+        made = due(self.ledger, datetime.now(UTC) + self.later, RULES)
+        touched: list[str] = []
+        for p, decide in made:  # sent together, as the scheduler does; decided for after
+            assert p.move is not None
+            place_workload(self, PlaceWorkload.of(p, "c", None), plane())
+            self.skip([self.workloads[p.workload_id], *self.deployments])
+            touched += decide
+        for decision in self.ledger.decide_all(touched):
+            self.check_and_record(decision)
+        return len(made)
+
     # -- what people and clusters do --------------------------------------------------------
+
+    @precondition(lambda self: self.live_workloads())
+    @rule(
+        i=st.integers(0, 50),
+        preferred=st.lists(st.sampled_from(CLUSTERS), max_size=2, unique=True),
+        selector=SELECTORS,
+        strategy=st.sampled_from(Strategy),
+    )
+    def set_preferences(
+        self, i: int, preferred: list[str], selector: dict[str, str], strategy: Strategy
+    ) -> None:
+        live = self.live_workloads()
+        w = live[i % len(live)]
+        w.set_preferences(
+            plane(),
+            Preferences(
+                preferred_clusters=tuple(preferred), cluster_selector=selector, strategy=strategy
+            ),
+        )
+        self.feed(w)
+
+    @rule(cluster_id=st.sampled_from(CLUSTERS), reachable=st.booleans())
+    def reach(self, cluster_id: str, reachable: bool) -> None:
+        """A cluster is lost (its operator falls silent) or returns."""
+        self.clusters[cluster_id].set_reachable(plane(), reachable)
+        self.feed(self.clusters[cluster_id])
+
+    @rule(seconds=st.sampled_from([60, 300, 600, 3600]))
+    def time_passes(self, seconds: int) -> None:
+        self.later += timedelta(seconds=seconds)
+        self.tick()
+
+    @rule()
+    def settle(self) -> None:
+        """Time passes until no move is due: then nothing waits where another cluster has
+        room for it (liveness)."""
+        for _ in range(50):
+            self.later += timedelta(hours=1)
+            if not self.tick():
+                break
+        self.nothing_stays_where_it_cannot_run()
+
+    def nothing_stays_where_it_cannot_run(self) -> None:
+        """Counted from the aggregates, for workloads whose pods are of one device (where the
+        sums say what fits): a share waiting for capacity, or on an unreachable cluster, has no
+        other candidate with room for one of its replicas."""
+        for w in self.live_workloads():
+            if w.serving.devices_per_worker != 1 or self.disabled_by_a_person(w):
+                continue
+            for d in self.deployments:
+                if d.workload_id != w.key or d.deleted or not d.enabled:
+                    continue
+                slot = self.ledger.deployments[d.key]
+                unreachable = not self.clusters[d.cluster_id].reachable
+                waits = slot.reason == "insufficient_capacity" and not slot.rolling
+                if (waits and slot.granted < slot.wanted) or (unreachable and d.desired_replicas):
+                    for other in self.candidates(w, d.cluster_id):
+                        room_there = self.usable(other) - self.claimed(other)
+                        assert room_there < w.serving.devices_per_replica, (d.key, other)
+
+    def disabled_by_a_person(self, w: Workload) -> bool:
+        return any(
+            not d.enabled and not self.ledger.deployments[d.key].moved_off
+            for d in self.deployments
+            if d.workload_id == w.key
+        )
+
+    def candidates(self, w: Workload, but: str) -> list[str]:
+        return [
+            name
+            for name, c in self.clusters.items()
+            if name != but and c.reachable and w.preferences.matches(c.labels)
+        ]
+
+    def claimed(self, cluster_id: str) -> int:
+        """What every deployment there holds or, enabled, wants (with what replicas of an
+        earlier configuration hold while it rolls out)."""
+        total = 0
+        for d in self.deployments:
+            if d.cluster_id != cluster_id:
+                continue
+            wanted = 0
+            if d.enabled and not d.deleted:
+                live = [r for r in self.replicas if r.deployment_id == d.key and not r.terminated]
+                previous = sum(
+                    len(r.device_ids) for r in live if r.serving_digest != d.serving_digest
+                )
+                wanted = d.desired_replicas * d.serving.devices_per_replica + previous
+            total += max(self.held(d), wanted)
+        return total
 
     @rule(
         cluster_id=st.sampled_from(CLUSTERS),
@@ -496,6 +621,43 @@ AdmissionMachine.TestCase.settings = settings(
 TestAdmission = AdmissionMachine.TestCase
 
 
+class MovesMachine(AdmissionMachine):
+    """The same rules, from fleets that already serve: both projects have quota and a workload
+    runs in each, so that losing a cluster, preferences and time passing have shares to move."""
+
+    @initialize(
+        totals=st.tuples(NODES, NODES),
+        replicas=st.tuples(st.integers(1, 6), st.integers(1, 4)),
+    )
+    def start_serving(
+        self, totals: tuple[list[NodeSpec], list[NodeSpec]], replicas: tuple[int, int]
+    ) -> None:
+        super().start(totals)
+        for name in PROJECTS:
+            self.projects[name].set_quota(plane(), "H100", 16)
+            self.feed(self.projects[name])
+        self.create_workload(project="p", replicas=replicas[0], per=1, disaggregated=False)
+        self.create_workload(project="q", replicas=replicas[1], per=2, disaggregated=False)
+
+    def start(self, totals: tuple[list[NodeSpec], list[NodeSpec]]) -> None:
+        raise AssertionError("started by start_serving")  # pragma: no cover
+
+    @rule()
+    def clusters_serve(self) -> None:
+        """Every admitted deployment on a reachable cluster runs: where rebalancing may
+        begin (it waits for what it moved to serve)."""
+        for d in self.live_deployments():
+            if self.clusters[d.cluster_id].reachable and d.admission_phase.value == "admitted":
+                d.mark_placed(cluster())
+            if self.clusters[d.cluster_id].reachable and d.admission_phase.value == "placed":
+                d.mark_running(cluster())
+            self.feed(d)
+
+
+MovesMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+TestMoves = MovesMachine.TestCase
+
+
 class PassMachine(AdmissionMachine):
     """The same fleets, run as the scheduler runs under load: events pile up, then one pass
     folds them all, decides once per deployment on the latest state, computes every placement
@@ -515,6 +677,9 @@ class PassMachine(AdmissionMachine):
 
     def feed(self, *aggregates: Aggregate) -> None:
         self.waiting += [e for a in aggregates for e in a.collect_events()]
+
+    def flush(self) -> None:
+        self.run_pass()
 
     @rule()
     def run_pass(self) -> None:
@@ -567,3 +732,24 @@ def test_a_pass_decides_once_for_a_deployment_back_where_it_stood() -> None:
     state.ledger_matches_a_recount()
     state.nobody_waits_for_room_that_is_there()
     assert state.ledger.deployments["u0--east"].reason == "insufficient_quota"
+
+
+def test_the_moves_machine_rebalances_and_re_places_through_the_handler() -> None:
+    """A run the random ones reach seldom: preferences move a serving workload over, a
+    fraction at a time; then its preferred cluster is lost and it goes back where room is."""
+    state = MovesMachine()
+    state.start_serving(totals=([(8, False, 0)], [(8, False, 0)]), replicas=(4, 2))
+    state.clusters_serve()
+    state.set_preferences(i=0, preferred=["west"], selector={}, strategy=Strategy.PACK)
+    state.time_passes(seconds=60)
+    assert state.ledger.deployments["u0--west"].desired == 2  # half of 4 at a time
+    state.clusters_serve()
+    state.settle()
+    assert state.ledger.deployments["u0--west"].desired == 4
+    state.reach(cluster_id="west", reachable=False)
+    state.settle()
+    assert state.ledger.deployments["u0--east"].desired == 4
+    assert not state.ledger.deployments["u0--west"].enabled
+    state.ledger_matches_a_recount()
+    state.placed_shares_add_up()
+    state.nobody_waits_for_room_that_is_there()

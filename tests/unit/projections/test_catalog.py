@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from wingsmith.domain.base import Aggregate, Cause, Writer
 from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
-from wingsmith.domain.workload import PlacementReason, Workload
+from wingsmith.domain.placement import Preferences, Strategy
+from wingsmith.domain.workload import MOVES_KEPT, MoveReason, PlacementReason, Workload
 from wingsmith.projections.base import Fold, Projection
 from wingsmith.projections.fleet import Clusters, Workloads
 
@@ -78,6 +79,8 @@ def test_a_workload_as_declared_placed_and_deleted() -> None:
             "deployments": {"east": "chat--east"},
             "unplaced": None,
             "unplaced_reason": None,
+            "preferences": {"preferred_clusters": [], "cluster_selector": {}, "strategy": "pack"},
+            "moves": [],
             "created_at": stamp(0),
             "updated_at": stamp(3),
         }
@@ -92,6 +95,40 @@ def test_a_workload_as_declared_placed_and_deleted() -> None:
     given.flush(w)
     assert given.projection.views == {}
     assert given.changed == ["chat"] * 6  # the last one a removal
+
+
+def test_a_workload_shows_its_preferences_and_its_last_moves() -> None:
+    given = Given(Workloads())
+    w = Workload.create(
+        at(0),
+        "chat",
+        project="research",
+        device_class="H100",
+        serving=serving(1),
+        replicas=4,
+        cluster_pin=None,
+        preferences=Preferences(preferred_clusters=("east",), strategy=Strategy.SPREAD),
+    )
+    w.attach_deployment(at(1), "east", "chat--east")
+    w.set_preferences(at(2), Preferences(cluster_selector={"tier": "gold"}))
+    for minute in range(3, 3 + MOVES_KEPT + 2):
+        w.record_move(at(minute), "east", "west", 1, MoveReason.CLUSTER_LOST)
+    given.flush(w)
+    view = given.projection.views["chat"]
+    assert view["preferences"] == {
+        "preferred_clusters": [],
+        "cluster_selector": {"tier": "gold"},
+        "strategy": "pack",
+    }
+    assert len(view["moves"]) == MOVES_KEPT
+    assert view["moves"][-1] == {
+        "from_cluster": "east",
+        "to_cluster": "west",
+        "replicas": 1,
+        "reason": "cluster_lost",
+        "at": stamp(3 + MOVES_KEPT + 1),
+    }
+    assert view["moves"][0]["at"] == stamp(5)  # the two oldest left
 
 
 def test_a_pinned_workload_names_its_cluster() -> None:

@@ -250,3 +250,19 @@ def test_deployments_explain_parses_to_its_coroutine() -> None:
     argv = ["deployments", "explain", "chat--east", "--json"]
     args = build_parser(chosen_command(argv)).parse_args(argv)
     assert asyncio.iscoroutinefunction(args.run) and (args.ref, args.json) == ("chat--east", True)
+
+
+def test_workloads_prefer_sends_the_preferences_given() -> None:
+    from wingsmith.services.cli.client import _preferences_from
+
+    argv = ["workloads", "prefer", "chat", "--prefer", "east,west", "--selector", "tier=gold"]
+    args = build_parser("workloads").parse_args([*argv, "--strategy", "spread"])
+    assert _preferences_from(args) == {
+        "preferred_clusters": ["east", "west"],
+        "cluster_selector": {"tier": "gold"},
+        "strategy": "spread",
+    }
+    assert _preferences_from(build_parser("workloads").parse_args(argv[:3])) == {}
+    bad = build_parser("workloads").parse_args([*argv[:3], "--selector", "gold"])
+    with pytest.raises(ValueError, match="key=value"):
+        _preferences_from(bad)

@@ -161,3 +161,25 @@ def test_every_setting_is_read_from_the_environment() -> None:
     derived = {"relay", "nats_credentials", "health"}  # from no_relay, the login, the limits
     missing = {f.name for f in fields(Settings)} - set(Environment.model_fields) - derived
     assert not missing
+
+
+def test_the_move_delays_and_fraction_are_read_and_default() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.placement_move_after, defaults.cluster_lost_after) == (300.0, 600.0)
+    assert defaults.rebalance_max_fraction == 0.25
+    settings = Settings.from_env(
+        {
+            "WINGSMITH_PLACEMENT_MOVE_AFTER": "2",
+            "WINGSMITH_CLUSTER_LOST_AFTER": "1.5",
+            "WINGSMITH_REBALANCE_MAX_FRACTION": "0.5",
+        }
+    )
+    assert (settings.placement_move_after, settings.cluster_lost_after) == (2.0, 1.5)
+    assert settings.rebalance_max_fraction == 0.5
+    for variable, value in (
+        ("WINGSMITH_REBALANCE_MAX_FRACTION", "1.5"),
+        ("WINGSMITH_CLUSTER_LOST_AFTER", "0"),
+        ("WINGSMITH_PLACEMENT_MOVE_AFTER", "later"),
+    ):
+        with pytest.raises(ValueError, match=f"^{variable} must be .*, not '{value}'$"):
+            Settings.from_env({variable: value})
