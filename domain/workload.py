@@ -1,19 +1,30 @@
 """A workload: one model served one way, at a total scale, spread over deployments.
 
 Deleting one keeps its history under its id: a deleted workload refuses every further command,
-and its id is never given to another workload.
+and its id is never given to another workload. Its name may be declared again: the new workload
+is the name's next incarnation, under an id of its own (domain/workload_name.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
+from wingsmith.domain.base import (
+    Aggregate,
+    Cause,
+    Created,
+    Event,
+    InvalidValue,
+    NotFound,
+    split_id,
+)
 from wingsmith.domain.values import ServingConfig
 
 
 class Workload(Aggregate):
     kind = "workload"
+    name: str  # what people call it; the id is the name's for its first incarnation only
+    incarnation: int  # 1 for the first workload of its name, 2 for the next, …
     project: str
     device_class: str
     serving: ServingConfig
@@ -39,6 +50,8 @@ class Workload(Aggregate):
         cluster_pin: str | None,
         allowed_clusters: tuple[str, ...] | None = None,
         engine_args: tuple[str, ...] = (),
+        name: str | None = None,
+        incarnation: int = 1,
     ) -> Workload:
         _check_replicas(replicas)
         if cluster_pin is not None and allowed_clusters is not None:
@@ -52,6 +65,8 @@ class Workload(Aggregate):
             WorkloadCreated,
             workload_id,
             cause,
+            name=name or workload_id,
+            incarnation=incarnation,
             project=project,
             device_class=device_class,
             serving=serving,
@@ -103,7 +118,7 @@ class Workload(Aggregate):
 
     def check_not_deleted(self) -> None:
         if self.deleted:
-            raise NotFound(f"workload {self.key!r} was deleted", field="workload_id")
+            raise NotFound(f"workload {self.name!r} was deleted", field="workload_id")
 
 
 def _check_replicas(replicas: int) -> None:
@@ -113,6 +128,9 @@ def _check_replicas(replicas: int) -> None:
 
 class WorkloadCreated(Created):
     aggregate_class = Workload
+    # Recorded before names were reused, it has neither: its name is its id, its first.
+    name: str | None = None
+    incarnation: int = 1
     project: str
     device_class: str
     serving: ServingConfig
@@ -123,6 +141,8 @@ class WorkloadCreated(Created):
     engine_args: tuple[str, ...] = ()
 
     def apply(self, workload: Any) -> None:
+        workload.name = self.name or split_id(self.originator_id)[1]
+        workload.incarnation = self.incarnation
         workload.project = self.project
         workload.device_class = self.device_class
         workload.serving = self.serving

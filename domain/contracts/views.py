@@ -21,9 +21,12 @@ from typing_extensions import TypedDict
 
 
 class WorkloadPhaseView(TypedDict):
-    """`workload_phase`, by workload id: its phase, and each deployment's beside it."""
+    """`workload_phase`, by workload name: the phase of the name's current incarnation, and
+    each of its deployments' beside it."""
 
-    workload_id: str
+    workload_id: str  # the incarnation's id: the name for the first, `<name>--<n>` later
+    name: str
+    incarnation: int  # 1 for the first workload of the name, 2 for the next after a delete, …
     phase: str
     deployments: dict[str, str]  # deployment id -> admission phase
 
@@ -197,10 +200,12 @@ class AllocationView(TypedDict):
 
 
 class WorkloadView(TypedDict):
-    """`workloads`, by workload id: the workload as declared, its deployment on each cluster,
-    and why placement found nowhere to go (null once it did)."""
+    """`workloads`, by workload name: the name's current incarnation as declared, its
+    deployment on each cluster, and why placement found nowhere to go (null once it did)."""
 
-    workload_id: str
+    workload_id: str  # the incarnation's id: the name for the first, `<name>--<n>` later
+    name: str
+    incarnation: int
     project: str
     device_class: str
     replicas: int
@@ -280,6 +285,8 @@ class Workload(TypedDict):
     """`/v1/workloads/{ref}`: the workload as declared, its phase, and its deployments."""
 
     workload_id: str
+    name: str
+    incarnation: int
     project: str
     device_class: str
     replicas: int

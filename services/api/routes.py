@@ -255,7 +255,7 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     """Declare a workload: placement spreads it over clusters (or it is pinned to one)."""
     reply = await _act(request, holder, c.CreateWorkload, {}, CreateWorkloadBody)
-    key = reply["result"]["workload_id"]
+    key = _name(reply)
     render = lambda: r.workload(_views(request), key)  # noqa: E731
     return _answer(reply, render, 201, Location=f"/v1/workloads/{key}")
 
@@ -314,6 +314,13 @@ async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONRes
     fields = {"workload_id": key}
     reply = await _act(request, holder, c.DeleteWorkload, fields, renamed=WORKLOAD_REF)
     return _answer(reply, lambda: reply["result"], 202)
+
+
+def _name(reply: Answered) -> str:
+    """The name a workload's views are kept under (a receipt stored before names were reused
+    has only the id, which was the name)."""
+    result = reply["result"]
+    return result.get("name") or result["workload_id"]
 
 
 # Deployments
@@ -431,7 +438,7 @@ async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     key = r.discovery_id(_views(request), ref)
     fields = {"discovery_id": key}
     reply = await _act(request, holder, c.PromoteDiscovery, fields, PromoteBody, DISCOVERY_REF)
-    workload = reply["result"]["workload_id"]
+    workload = _name(reply)
     render = lambda: r.workload(_views(request), workload)  # noqa: E731
     return _answer(reply, render, 201, Location=f"/v1/workloads/{workload}")
 

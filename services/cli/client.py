@@ -161,7 +161,7 @@ def _cell(value: Any) -> str:
 def _workload_table(found: v.WorkloadList) -> str:
     rows = [
         (
-            w["workload_id"],
+            _named(w),
             w["project"],
             w["device_class"],
             w["replicas"],
@@ -174,6 +174,11 @@ def _workload_table(found: v.WorkloadList) -> str:
     ]
     headers = ("WORKLOAD", "PROJECT", "CLASS", "REPLICAS", "READY", "PHASE", "DEPLOYMENTS")
     return table(headers, rows)
+
+
+def _named(w: v.Workload) -> str:
+    """The workload's name; `#<n>` after it for a later incarnation of the name."""
+    return w["name"] if w["incarnation"] == 1 else f"{w['name']} #{w['incarnation']}"
 
 
 async def _list_workloads(api: ApiClient, args: argparse.Namespace) -> str:
@@ -267,14 +272,17 @@ async def _serving(api: ApiClient, args: argparse.Namespace) -> str | None:
 async def _delete(api: ApiClient, args: argparse.Namespace) -> str | None:
     deleted = await api.call("DELETE", f"/v1/workloads/{args.ref}")
     return _out(
-        args, deleted, lambda d: f"deleted {d['workload_id']}: {', '.join(d['deployments'])}"
+        args,
+        deleted,
+        lambda d: f"deleted {d.get('name', d['workload_id'])}: {', '.join(d['deployments'])}",
     )
 
 
 async def _then_wait(
     api: ApiClient, args: argparse.Namespace, workload: v.Workload | Accepted
 ) -> str:
-    key = workload["result"]["workload_id"] if _accepted(workload) else workload["workload_id"]
+    done = workload["result"] if _accepted(workload) else workload
+    key = done.get("name") or done["workload_id"]  # a receipt stored before names: the id
     if args.wait:
         workload = await wait_until_ready(api, key, args.timeout)
     return _out(args, workload, _fields)

@@ -32,6 +32,7 @@ from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Known, Replica, Roster, reconcile
 from wingsmith.domain.values import ResourceRef, ServingConfig
 from wingsmith.domain.workload import Workload
+from wingsmith.domain.workload_name import WorkloadName, check_free, incarnation_id
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -86,13 +87,17 @@ def report_inventory(repo: Repository, cmd: c.ReportInventory, cause: Cause) -> 
 
 
 def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> dict[str, Any]:
-    _check_unused(repo, cmd.workload_id)
+    """A new workload under its name: the name's first incarnation, or the next one when the
+    workload that had it was deleted."""
     _require(repo, Project, cmd.project, "project")
     for cluster in [cmd.cluster] if cmd.cluster is not None else cmd.clusters or ():
         _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
+    workload_id, incarnation = _claim(repo, cause, cmd.workload_id)
     workload = Workload.create(
         cause,
-        cmd.workload_id,
+        workload_id,
+        name=cmd.workload_id,
+        incarnation=incarnation,
         project=cmd.project,
         device_class=cmd.device_class,
         serving=cmd.serving,
@@ -107,17 +112,39 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
     return _workload_result(workload)
 
 
-def _check_unused(repo: Repository, workload_id: str) -> None:
-    """A deleted workload's history stays under its id, so the id is never given out again."""
-    workload = repo.get(Workload, workload_id)
+def _named(repo: Repository, name: str) -> Workload | None:
+    """The current incarnation of the workload called `name`, deleted or not. A name with no
+    record of its incarnations was given before names were reused: its workload's id is the
+    name."""
+    claimed = repo.get(WorkloadName, name)
+    workload = repo.get(Workload, claimed.current if claimed is not None else name)
+    return workload if workload is not None and workload.name == name else None
+
+
+def _current(repo: Repository, name: str) -> Workload:
+    """The workload a command addressed by name is for: the name's current incarnation."""
+    workload = _named(repo, name)
     if workload is None:
-        return
-    if workload.deleted:
-        raise AlreadyExists(
-            f"workload id {workload_id!r} belonged to a deleted workload; ids are not reused",
-            field="workload_id",
-        )
-    raise AlreadyExists(f"workload {workload_id!r} already exists", field="workload_id")
+        raise NotFound(f"workload {name!r} does not exist", field="workload_id")
+    return workload
+
+
+def _claim(repo: Repository, cause: Cause, name: str) -> tuple[str, int]:
+    """Claim `name` for a new workload: its id and incarnation. Refused while the workload
+    that has the name is not deleted; two claims racing for a free name both change its
+    record at one version, and the store keeps only one."""
+    current = _named(repo, name)
+    if current is not None:
+        check_free(name, current.key, deleted=current.deleted)
+    claimed = repo.get(WorkloadName, name)
+    incarnation = (claimed.incarnation if claimed else int(current is not None)) + 1
+    workload_id = incarnation_id(name, incarnation, lambda key: repo.get(Workload, key) is not None)
+    if claimed is None:
+        earlier = () if current is None else (current.key,)
+        repo.add(WorkloadName.claim_first(cause, name, workload_id, earlier=earlier))
+    else:
+        claimed.claim(cause, workload_id, current_deleted=current is None or current.deleted)
+    return workload_id, incarnation
 
 
 def _add_deployment(
@@ -160,7 +187,7 @@ def _add_deployment(
 
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
     """A pinned workload's one deployment scales with it; otherwise placement re-divides."""
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload = _current(repo, cmd.workload_id)
     workload.scale(cause, cmd.replicas)
     key = workload.deployments.get(workload.cluster_pin or "")
     if workload.cluster_pin is not None and key is not None:
@@ -170,8 +197,8 @@ def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict
 
 def delete_workload(repo: Repository, cmd: c.DeleteWorkload, cause: Cause) -> dict[str, Any]:
     """The workload and every deployment of it, in one command: either all are deleted or
-    none is."""
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    none is. Its name is free again for a new workload from then on."""
+    workload = _current(repo, cmd.workload_id)
     workload.delete(cause)
     for key in workload.deployments.values():
         _require(repo, Deployment, key, "workload_id").delete(cause)
@@ -207,7 +234,7 @@ def place_workload(repo: Repository, cmd: c.PlaceWorkload, cause: Cause) -> dict
 def change_serving_config(
     repo: Repository, cmd: c.ChangeServingConfig, cause: Cause
 ) -> dict[str, Any]:
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload = _current(repo, cmd.workload_id)
     found = (repo.get(Deployment, key) for key in workload.deployments.values())
     rendered = [d for d in found if d is not None and d.adopted is None]
     for args in (workload.engine_args, *(d.engine_args for d in rendered)):
@@ -474,15 +501,17 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
     """Adopt what runs: a workload pinned to the cluster, with one observed deployment that
     records the engine's arguments as imported_args. Nothing on the cluster changes."""
     discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
-    workload_id, primary = discovery.adoption(cmd.workload_id)
+    name, primary = discovery.adoption(cmd.workload_id)
     sighting = discovery.sighting
-    _check_unused(repo, workload_id)
     _require(repo, Project, cmd.project, "project")
     cluster = _require(repo, Cluster, discovery.cluster_id, "discovery_id")
     serving = cmd.serving or sighting.implied_serving()
+    workload_id, incarnation = _claim(repo, cause, name)
     workload = Workload.create(
         cause,
         workload_id,
+        name=name,
+        incarnation=incarnation,
         project=cmd.project,
         device_class=cmd.device_class or cluster.only_device_class(),
         serving=serving,
@@ -506,8 +535,11 @@ def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployme
 
 
 def _workload_result(workload: Workload) -> dict[str, Any]:
+    """`name` keys the workload's views; `workload_id` is this incarnation's id."""
     return {
         "workload_id": workload.key,
+        "name": workload.name,
+        "incarnation": workload.incarnation,
         "replicas": workload.replicas,
         "serving_digest": workload.serving_digest,
         "deployments": sorted(workload.deployments.values()),

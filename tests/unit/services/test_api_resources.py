@@ -52,9 +52,15 @@ def sighting(cluster: str, namespace: str, name: str) -> dict[str, Any]:
 
 VIEWS = Views(
     workloads={
-        "llama": {"workload_id": "llama", "project": "p", "deployments": {"east": "llama--east"}},
+        "llama": {
+            "workload_id": "llama",
+            "name": "llama",
+            "project": "p",
+            "deployments": {"east": "llama--east"},
+        },
         "both": {
             "workload_id": "both",
+            "name": "both",
             "project": "p",
             "deployments": {"east": "both--east", "west": "both--west"},
         },
@@ -73,7 +79,7 @@ VIEWS = Views(
     allocations={
         "llama--east--pod-1": {"replica_id": "llama--east--pod-1", "deployment_id": "llama--east"}
     },
-    workload_phase={"llama": {"phase": "running"}},
+    workload_phase={"llama": {"workload_id": "llama", "phase": "running"}},
 )
 
 
