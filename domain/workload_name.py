@@ -12,10 +12,11 @@ one left on its clusters (its ids differ, so do its DynamoGraphDeployments' name
 the old pods hold until they are seen terminated stay counted by admission). Two creates racing
 for a free name both change this aggregate at the same version: the store keeps one of them.
 
-The first incarnation's id is the name itself (workloads created before names were reused have
-no record here: their name and id are one). A later one's is `<name>--<n>`, `n` its incarnation
-number, or the next free number when a workload literally named so holds that id already; a
-long name is shortened to keep the id a DNS label.
+The first incarnation's id is the name itself, and a name is recorded here only once one of its
+workloads has another id: a name never reused has no record, as none had before names were
+reused. A later incarnation's id is `<name>--<n>`, `n` its incarnation number, or the next free
+number when a workload literally named so holds that id already; a long name is shortened to
+keep the id a DNS label.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class WorkloadName(Aggregate):
     def claim_first(
         cls, cause: Cause, name: str, workload_id: str, *, earlier: tuple[str, ...] = ()
     ) -> WorkloadName:
-        """The first record of a name: its first incarnation, or a later one of a name whose
-        `earlier` incarnations were created before names were recorded."""
+        """The first record of a name: the incarnation that first has an id other than the
+        name, after the `earlier` ones (the one whose id was the name)."""
         return cls._start(
             WorkloadNameClaimed,
             name,
@@ -96,7 +97,7 @@ class WorkloadNameClaimed(Created):
     aggregate_class = WorkloadName
     workload_id: str
     incarnation: int
-    earlier: tuple[str, ...] = ()  # incarnations created before names were recorded
+    earlier: tuple[str, ...] = ()  # the incarnations before, which had no record
 
     def apply(self, name: Any) -> None:
         name.incarnations = (*self.earlier, self.workload_id)

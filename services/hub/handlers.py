@@ -131,18 +131,20 @@ def _current(repo: Repository, name: str) -> Workload:
 
 def _claim(repo: Repository, cause: Cause, name: str) -> tuple[str, int]:
     """Claim `name` for a new workload: its id and incarnation. Refused while the workload
-    that has the name is not deleted; two claims racing for a free name both change its
-    record at one version, and the store keeps only one."""
+    that has the name is not deleted. A name's first workload, whose id is the name, needs no
+    record (two racing for it both create that workload); once one has another id, the name's
+    record says which, and two claims racing for it change the record at one version: the
+    store keeps one."""
     current = _named(repo, name)
     if current is not None:
         check_free(name, current.key, deleted=current.deleted)
     claimed = repo.get(WorkloadName, name)
     incarnation = (claimed.incarnation if claimed else int(current is not None)) + 1
     workload_id = incarnation_id(name, incarnation, lambda key: repo.get(Workload, key) is not None)
-    if claimed is None:
+    if claimed is None and workload_id != name:
         earlier = () if current is None else (current.key,)
         repo.add(WorkloadName.claim_first(cause, name, workload_id, earlier=earlier))
-    else:
+    elif claimed is not None:
         claimed.claim(cause, workload_id, current_deleted=current is None or current.deleted)
     return workload_id, incarnation
 

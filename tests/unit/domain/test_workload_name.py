@@ -25,7 +25,7 @@ def test_each_incarnation_claims_the_name_after_the_one_before_is_deleted() -> N
     )
 
 
-def test_a_name_first_recorded_when_it_is_reused_counts_what_came_before() -> None:
+def test_a_name_first_recorded_when_it_is_reused_counts_the_one_before() -> None:
     name = WorkloadName.claim_first(plane(), "old", "old--2", earlier=("old",))
     assert (name.current, name.incarnation) == ("old--2", 2)
 

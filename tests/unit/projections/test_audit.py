@@ -55,11 +55,11 @@ def claim(position: int, type_: str, **fields: Any) -> dict[str, Any]:
 
 def test_a_names_record_numbers_every_incarnation_of_it() -> None:
     record = [
-        claim(1, "WorkloadNameClaimed", workload_id="chat", incarnation=1, earlier=[]),
-        claim(2, "WorkloadNameReclaimed", workload_id="chat--2", incarnation=2),
+        claim(1, "WorkloadNameClaimed", workload_id="chat--2", incarnation=2, earlier=["chat"]),
+        claim(2, "WorkloadNameReclaimed", workload_id="chat--3", incarnation=3),
     ]
     numbered = incarnations(record)
-    assert numbered == {"chat": 1, "chat--2": 2}
+    assert numbered == {"chat": 1, "chat--2": 2, "chat--3": 3}
     timeline = Timeline()
     second = timeline.apply(
         envelope(3, "WorkloadCreated", name="chat")
@@ -71,7 +71,5 @@ def test_a_names_record_numbers_every_incarnation_of_it() -> None:
     assert other is not None and incarnation_of(other, numbered) is None
 
 
-def test_a_name_first_recorded_when_reused_numbers_its_earlier_workload() -> None:
-    record = [claim(1, "WorkloadNameClaimed", workload_id="old--2", incarnation=2, earlier=["old"])]
-    assert incarnations(record) == {"old": 1, "old--2": 2}
-    assert incarnations([]) == {}  # never reused: no record
+def test_a_name_never_reused_has_no_record_and_no_numbers() -> None:
+    assert incarnations([]) == {}

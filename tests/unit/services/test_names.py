@@ -1,7 +1,7 @@
 """Names can be reused, rule by rule (given / when / then): a deleted workload's name declared
 again is a new incarnation with its own id and history; commands sent by name go to the current
 one; a name is refused while its workload is not deleted; a workload created before names were
-recorded is its name's first incarnation."""
+reused is its name's first incarnation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from wingsmith.domain.base import AlreadyExists, NotFound
+from wingsmith.domain.base import AlreadyExists, NotFound, replay
 from wingsmith.domain.deployment import Deployment
 from wingsmith.domain.values import ServingConfig
 from wingsmith.domain.workload import Workload
@@ -42,7 +42,7 @@ def test_a_deleted_workloads_name_declared_again_is_its_second_incarnation() -> 
     second = repo.get(Workload, "chat--2")
     assert types(second) == ["WorkloadCreated", "DeploymentAttached"]  # a history of its own
     assert (second.name, second.incarnation, second.replicas) == ("chat", 2, 3)
-    assert types(repo.get(WorkloadName, "chat")) == ["WorkloadNameReclaimed"]
+    assert types(repo.get(WorkloadName, "chat")) == ["WorkloadNameClaimed"]
     assert repo.get(WorkloadName, "chat").incarnations == ("chat", "chat--2")
     first = repo.get(Workload, "chat")
     assert first.deleted and types(first, *deployments(repo)) == []  # the old one untouched
@@ -83,6 +83,15 @@ def test_commands_sent_by_name_go_to_the_current_incarnation() -> None:
         run(repo, "workload.scale", workload_id="chat", replicas=1)
     third = create(repo)
     assert (third["workload_id"], third["incarnation"]) == ("chat--3", 3)
+    assert types(repo.get(WorkloadName, "chat")) == ["WorkloadNameReclaimed"]
+    assert repo.get(WorkloadName, "chat").incarnations == ("chat", "chat--2", "chat--3")
+
+
+def test_a_name_never_reused_has_no_record() -> None:
+    """Its workload's id is the name: nothing more to say, as before names were reused."""
+    repo = fleet()
+    assert create(repo, "other")["workload_id"] == "other"
+    assert repo.get(WorkloadName, "other") is None
 
 
 def test_an_incarnations_id_is_not_addressed_as_a_name() -> None:
@@ -114,8 +123,8 @@ def test_a_long_names_later_incarnations_keep_their_id_a_dns_label() -> None:
     assert again["deployments"] == ["a" * 60 + "--2--east"]
 
 
-def test_a_workload_created_before_names_were_recorded_is_its_names_first() -> None:
-    """Its name has no record: it is made when the name is declared again."""
+def test_a_workload_created_before_names_were_reused_is_its_names_first() -> None:
+    """Made as the aggregate made it then: its event has no name; its name has no record."""
     repo = fleet()
     legacy = Workload.create(
         plane(),
@@ -126,8 +135,10 @@ def test_a_workload_created_before_names_were_recorded_is_its_names_first() -> N
         replicas=1,
         cluster_pin=None,
     )
-    repo.add(legacy)
-    assert (legacy.name, legacy.incarnation) == ("old", 1)
+    (created,) = legacy.collect_events()
+    stored = replay([created.model_copy(update={"name": None})])  # as it was stored then
+    assert isinstance(stored, Workload) and (stored.name, stored.incarnation) == ("old", 1)
+    repo.add(stored)
     with pytest.raises(AlreadyExists):
         create(repo, "old")
     run(repo, "workload.delete", workload_id="old")
