@@ -375,9 +375,11 @@ class TimelineEntry(TypedDict):
 
 
 class AuditEntry(TimelineEntry):
-    """One event of `/v1/events`, with its stream sequence."""
+    """One event of `/v1/events`, with its stream sequence; a workload's, audited by a name
+    that was reused, with the incarnation it belongs to."""
 
     seq: int
+    incarnation: NotRequired[int]
 
 
 class AuditPage(TypedDict):

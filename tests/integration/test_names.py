@@ -1,16 +1,19 @@
 """Names reused on the real stack: a hub and a simulated cluster over a real nats-server. A
 workload is deleted until its pods are gone, its name is declared again, the new incarnation
 runs under the name with an id and a history of its own, and `wingsmith audit workload:<name>`
-shows both. Two creates racing for a free name against the real event store: one is kept."""
+shows both; over REST, the name is its current incarnation. Two creates racing for a free name
+against the real event store: one is kept."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from nats.aio.client import Client
 
@@ -22,10 +25,15 @@ from wingsmith.domain.workload_name import WorkloadName
 from wingsmith.services.cli import history
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.handlers import create_workload, delete_workload, set_quota
-from wingsmith.services.hub.wiring import running_hub
-from wingsmith.services.operator.backends.simulated import SimNode, simulated_operators
+from wingsmith.services.hub.wiring import Hub, running_hub
+from wingsmith.services.operator.backends.simulated import (
+    SimNode,
+    nodes_from_spec,
+    simulated_operators,
+)
 
 from .conftest import LLAMA, send_until_answered, wait_for
+from .test_api import WORKLOAD, api_of, ok, until
 from .test_simulated import command, event_types, pinned, until_event, view
 
 
@@ -155,3 +163,47 @@ def test_two_creates_racing_for_a_free_name_are_stored_once(tmp_path: Path) -> N
         assert isinstance(record, WorkloadName) and record.incarnations == ("chat", "chat--2")
     finally:
         store.close()
+
+
+@pytest.fixture
+async def api(hub: Hub, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_of(hub, tmp_path) as http:
+        yield http
+
+
+@pytest.fixture
+async def east(hub: Hub) -> AsyncIterator[None]:
+    clusters = {"east": nodes_from_spec("east", "1x4:H100")}
+    async with simulated_operators(hub.nc, clusters, ready_after=0.1, heartbeat_every=0.5):
+        yield
+
+
+async def test_over_rest_a_name_is_its_current_incarnation(
+    hub: Hub, api: httpx.AsyncClient, east: None
+) -> None:
+    await until(api, "/v1/clusters/east", reachable=True)
+    ok(await api.put("/v1/projects/search/quotas/H100", json={"devices": 8}))
+    pinned = WORKLOAD | {"cluster": "east", "replicas": 1}
+    assert ok(await api.post("/v1/workloads", json=pinned), 201)["workload_id"] == "llama"
+    ok(await api.delete("/v1/workloads/llama"), 202)
+    again = await api.post("/v1/workloads", json=pinned | {"replicas": 2})
+    body = ok(again, 201)
+    assert (body["workload_id"], body["name"], body["incarnation"]) == ("llama--2", "llama", 2)
+    assert again.headers["Location"] == "/v1/workloads/llama"
+    await until(api, "/v1/workloads/llama", workload_id="llama--2", phase="running")
+    listed = ok(await api.get("/v1/deployments", params={"workload": "llama"}))["deployments"]
+    assert [d["deployment_id"] for d in listed] == ["llama--2--east"]
+    one = ok(await api.get("/v1/deployments/llama/east"))
+    assert one["deployment_id"] == "llama--2--east"
+    taken = await api.post("/v1/workloads", json=pinned)
+    assert taken.status_code == 409, taken.text
+    history = ok(await api.get("/v1/events", params={"aggregate": "workload:llama"}))["events"]
+    shown = [(e["aggregate_id"], e["type"], e.get("incarnation")) for e in history]
+    assert shown == [
+        ("llama", "WorkloadCreated", 1),
+        ("llama", "DeploymentAttached", 1),
+        ("llama", "WorkloadDeleted", 1),
+        ("llama", "WorkloadNameClaimed", None),
+        ("llama--2", "WorkloadCreated", 2),
+        ("llama--2", "DeploymentAttached", 2),
+    ]

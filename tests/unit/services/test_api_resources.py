@@ -179,3 +179,22 @@ def test_a_hub_error_becomes_a_problem_naming_the_requests_field() -> None:
     body = problem.body("/v1/workloads/x/scale")
     assert (body["status"], body["field"], body["known"]) == (404, "ref", ["a"])
     assert body["type"] == "https://wingsmith.dev/problems/not_found"
+
+
+INCARNATIONS = Views(
+    workloads={"chat": {"workload_id": "chat--2", "name": "chat", "deployments": {}}},
+    deployment_health={
+        "chat--east": health("chat--east", "east"),  # the deleted first's, still shown
+        "chat--2--east": health("chat--2--east", "east") | {"workload_id": "chat--2"},
+    },
+    workload_phase={"chat": {"workload_id": "chat", "phase": "running"}},  # not caught up
+)
+
+
+def test_a_name_addresses_its_current_incarnation() -> None:
+    assert r.deployment_id(INCARNATIONS, "chat/east") == "chat--2--east"
+    assert r.deployment_id(INCARNATIONS, "chat--east") == "chat--east"  # an id is an id
+    listed = r.deployments(INCARNATIONS, workload="chat")
+    assert [d["deployment_id"] for d in listed] == ["chat--2--east"]
+    shown = r.workload(INCARNATIONS, "chat")
+    assert (shown["workload_id"], shown["phase"]) == ("chat--2", "pending")
