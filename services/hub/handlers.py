@@ -114,8 +114,7 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
 
 def _named(repo: Repository, name: str) -> Workload | None:
     """The current incarnation of the workload called `name`, deleted or not. A name with no
-    record of its incarnations was given before names were reused: its workload's id is the
-    name."""
+    record of its incarnations was never reused: its workload's id is the name."""
     claimed = repo.get(WorkloadName, name)
     workload = repo.get(Workload, claimed.current if claimed is not None else name)
     return workload if workload is not None and workload.name == name else None
