@@ -89,10 +89,11 @@ class ReportInventory(r.InventoryReport, Command):
 
 
 class CreateWorkload(Command):
-    """Declare a workload; with `cluster` set it is pinned there with one deployment."""
+    """Declare a workload; with `cluster` set it is pinned there with one deployment. A name
+    whose workload was deleted is declared again as its next incarnation."""
 
     subject = "workload.create"
-    workload_id: Name
+    workload_id: Name = Field(description="The workload's name")
     project: Name
     device_class: DeviceClass
     serving: ServingConfig
@@ -173,7 +174,8 @@ class ChangeServingConfig(Command):
 
 class DeleteWorkload(Command):
     """Delete a workload and all its deployments: the operators take down what runs, and its
-    devices go to others. The id is not reused."""
+    devices go to others. Its id is not reused; its name may be declared again, as a new
+    incarnation."""
 
     subject = "workload.delete"
     workload_id: Name

@@ -1,7 +1,8 @@
 """A workload: one model served one way, at a total scale, spread over deployments.
 
 Deleting one keeps its history under its id: a deleted workload refuses every further command,
-and its id is never given to another workload.
+and its id is never given to another workload. Its name may be declared again: the new workload
+is the name's next incarnation, under an id of its own (domain/workload_name.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from wingsmith.domain.base import Aggregate, Cause, Created, Event, InvalidValue, NotFound
+from wingsmith.domain.base import (
+    Aggregate,
+    Cause,
+    Created,
+    Event,
+    InvalidValue,
+    NotFound,
+    split_id,
+)
 from wingsmith.domain.placement import Preferences
 from wingsmith.domain.values import ServingConfig
 
@@ -33,6 +42,8 @@ class PlacementReason(StrEnum):
 
 class Workload(Aggregate):
     kind = "workload"
+    name: str  # what people call it; the id is the name's for its first incarnation only
+    incarnation: int  # 1 for the first workload of its name, 2 for the next, …
     project: str
     device_class: str
     serving: ServingConfig
@@ -62,6 +73,8 @@ class Workload(Aggregate):
         allowed_clusters: tuple[str, ...] | None = None,
         engine_args: tuple[str, ...] = (),
         preferences: Preferences | None = None,
+        name: str | None = None,
+        incarnation: int = 1,
     ) -> Workload:
         _check_replicas(replicas)
         if preferences is not None and preferences.given:
@@ -77,6 +90,8 @@ class Workload(Aggregate):
             WorkloadCreated,
             workload_id,
             cause,
+            name=name or workload_id,
+            incarnation=incarnation,
             project=project,
             device_class=device_class,
             serving=serving,
@@ -160,7 +175,7 @@ class Workload(Aggregate):
 
     def check_not_deleted(self) -> None:
         if self.deleted:
-            raise NotFound(f"workload {self.key!r} was deleted", field="workload_id")
+            raise NotFound(f"workload {self.name!r} was deleted", field="workload_id")
 
 
 def _check_preferences(cluster_pin: str | None, preferences: Preferences) -> None:
@@ -178,6 +193,9 @@ def _check_replicas(replicas: int) -> None:
 
 class WorkloadCreated(Created):
     aggregate_class = Workload
+    # Recorded before names were reused, it has neither: its name is its id, its first.
+    name: str | None = None
+    incarnation: int = 1
     project: str
     device_class: str
     serving: ServingConfig
@@ -189,6 +207,8 @@ class WorkloadCreated(Created):
     preferences: Preferences | None = None
 
     def apply(self, workload: Any) -> None:
+        workload.name = self.name or split_id(self.originator_id)[1]
+        workload.incarnation = self.incarnation
         workload.project = self.project
         workload.device_class = self.device_class
         workload.serving = self.serving

@@ -3,15 +3,25 @@
 A pure fold like the other projections, but of one aggregate's events (or of one causal chain's)
 at a time, for `wingsmith audit`: it keeps each aggregate's fields as its events set them, so
 every entry can say which fields moved from what to what.
+
+A workload is audited by its name: its name's record (domain/workload_name.py) says which
+workload id each incarnation of the name had, and every incarnation's history is shown, each
+entry labelled with the incarnation it belongs to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from wingsmith.domain.contracts import views as v
+from wingsmith.domain.workload import Workload
+from wingsmith.domain.workload_name import (
+    WorkloadName,
+    WorkloadNameClaimed,
+    WorkloadNameReclaimed,
+)
 from wingsmith.projections.base import Envelope
 
 METADATA = ("timestamp", "command_id", "correlation_id")
@@ -94,3 +104,27 @@ class Timeline:
         )
         self.entries.append(entry)
         return entry
+
+
+NAME_KIND = WorkloadName.kind
+
+
+def incarnations(record: Iterable[Envelope]) -> dict[str, int]:
+    """Workload id -> incarnation number, of every workload of a name, from the events of the
+    name's record; empty when it has none (a name given before names were recorded, and never
+    reused: its one workload's id is the name)."""
+    ids: list[str] = []
+    for envelope in record:
+        event = envelope["event"]
+        if envelope["type"] == WorkloadNameClaimed.__name__:
+            ids = [*event.get("earlier", ()), event["workload_id"]]
+        elif envelope["type"] == WorkloadNameReclaimed.__name__:
+            ids.append(event["workload_id"])
+    return {workload_id: n for n, workload_id in enumerate(ids, start=1)}
+
+
+def incarnation_of(entry: Entry, numbered: Mapping[str, int]) -> int | None:
+    """The incarnation a workload's entry belongs to (None for another aggregate's)."""
+    if entry.aggregate != Workload.kind:
+        return None
+    return numbered.get(entry.aggregate_id)

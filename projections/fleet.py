@@ -125,22 +125,35 @@ def _workload_phase(deployments: Mapping[str, str], idle: Container[str]) -> str
     return workload_phase(busy or deployments.values())
 
 
+def _name(workload_id: str, e: E) -> tuple[str, int]:
+    """A workload's name and incarnation; one created before names were reused has neither
+    recorded: its name is its id, and it is the first."""
+    return e.get("name") or workload_id, e.get("incarnation", 1)
+
+
 class WorkloadPhase(Projection[v.WorkloadPhaseView]):
-    """Key: workload id. The workload's phase with each deployment's phase beside it."""
+    """Key: workload name. The phase of the name's current incarnation (`workload_id`), with
+    each of its deployments' phases beside it."""
 
     name = v.WORKLOAD_PHASE.name
-    version = 2  # 2: a deployment whose share is 0 holds the workload's phase back no more
+    # 2: a deployment whose share is 0 holds the workload's phase back no more
+    # 3: keyed by name, with the incarnation's id and number
+    version = 3
 
     def __init__(self) -> None:
         super().__init__()
-        self.workload_of: dict[str, str] = {}
+        self.workload_of: dict[str, str] = {}  # deployment id -> workload id
+        self.name_of: dict[str, str] = {}  # workload id -> name, while it is not deleted
         self.idle: dict[str, None] = {}  # deployments whose share is 0 replicas
 
     def _view(self, workload_id: str) -> v.WorkloadPhaseView:
-        view = self.views.get(workload_id)
+        name = self.name_of.setdefault(workload_id, workload_id)
+        view = self.views.get(name)
         if view is None:
-            view = self.views[workload_id] = {
+            view = self.views[name] = {
                 "workload_id": workload_id,
+                "name": name,
+                "incarnation": 1,
                 "phase": AdmissionPhase.PENDING,
                 "deployments": {},
             }
@@ -148,8 +161,10 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
 
     @handles(WorkloadCreated)
     def _workload(self, workload_id: str, e: E) -> Keys:
-        self._view(workload_id)
-        return (workload_id,)
+        name, incarnation = _name(workload_id, e)
+        self.name_of[workload_id] = name
+        self._view(workload_id)["incarnation"] = incarnation
+        return (name,)
 
     @handles(DeploymentCreated)
     def _deployment(self, deployment_id: str, e: E) -> Keys:
@@ -165,7 +180,7 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
             return ()
         view = self._view(self.workload_of[deployment_id])
         view["phase"] = _workload_phase(view["deployments"], self.idle)
-        return (view["workload_id"],)
+        return (view["name"],)
 
     def _share(self, deployment_id: str, replicas: int) -> None:
         if replicas:
@@ -195,18 +210,23 @@ class WorkloadPhase(Projection[v.WorkloadPhaseView]):
 
     @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:
-        view = self.views.pop(workload_id, None)
-        for deployment_id in view["deployments"] if view else ():
+        """The name's view goes; a new incarnation of the name starts another."""
+        name = self.name_of.pop(workload_id, workload_id)
+        view = self.views.get(name)
+        if view is None or view["workload_id"] != workload_id:
+            return ()
+        del self.views[name]
+        for deployment_id in view["deployments"]:
             self.workload_of.pop(deployment_id, None)
             self.idle.pop(deployment_id, None)
-        return (workload_id,)
+        return (name,)
 
     def _set(self, deployment_id: str, phase: str) -> Keys:
         workload_id = self.workload_of[deployment_id]  # a deleted deployment's phase never moves
         view = self._view(workload_id)
         view["deployments"][deployment_id] = phase
         view["phase"] = _workload_phase(view["deployments"], self.idle)
-        return (workload_id,)
+        return (view["name"],)
 
 
 class _Allocations(Projection[Row]):
@@ -1016,19 +1036,27 @@ class Allocations(_Allocations[v.AllocationView]):
 
 
 class Workloads(Projection[v.WorkloadView]):
-    """Key: workload id. A workload as declared: what it serves, where it may go, the
-    deployment it has on each cluster, and why placement found nowhere to go (null once it
-    did), its placement preferences and its last moves. For listing and reading workloads
-    without the event store."""
+    """Key: workload name. The name's current incarnation as declared: its id and number, what
+    it serves, where it may go, the deployment it has on each cluster, why placement found
+    nowhere to go (null once it did), its placement preferences and its last moves. For listing
+    and reading workloads without the event store."""
 
     name = v.WORKLOADS.name
-    version = 2  # 2: unplaced_reason, preferences, moves
+    version = 2  # 2: keyed by name, the incarnation; unplaced_reason, preferences, moves
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name_of: dict[str, str] = {}  # workload id -> name, while it is not deleted
 
     @handles(WorkloadCreated)
     def _created(self, workload_id: str, e: E) -> Keys:
+        name, incarnation = _name(workload_id, e)
+        self.name_of[workload_id] = name
         allowed = e.get("allowed_clusters")
-        self.views[workload_id] = {
+        self.views[name] = {
             "workload_id": workload_id,
+            "name": name,
+            "incarnation": incarnation,
             "project": e["project"],
             "device_class": e["device_class"],
             "replicas": e["replicas"],
@@ -1045,7 +1073,7 @@ class Workloads(Projection[v.WorkloadView]):
             "created_at": e["timestamp"],
             "updated_at": e["timestamp"],
         }
-        return (workload_id,)
+        return (name,)
 
     @handles(WorkloadScaled)
     def _scaled(self, workload_id: str, e: E) -> Keys:
@@ -1061,7 +1089,7 @@ class Workloads(Projection[v.WorkloadView]):
 
     @handles(DeploymentAttached)
     def _attached(self, workload_id: str, e: E) -> Keys:
-        view = self.views.get(workload_id)
+        view = self._current(workload_id)
         if view is not None:
             view["deployments"][e["cluster_id"]] = e["deployment_key"]
         return self._set(workload_id, e, unplaced=None, unplaced_reason=None)
@@ -1072,7 +1100,7 @@ class Workloads(Projection[v.WorkloadView]):
 
     @handles(WorkloadMoved)
     def _moved(self, workload_id: str, e: E) -> Keys:
-        view = self.views.get(workload_id)
+        view = self._current(workload_id)
         if view is None:
             return ()
         move: v.MoveDocument = {
@@ -1090,15 +1118,24 @@ class Workloads(Projection[v.WorkloadView]):
 
     @handles(WorkloadDeleted)
     def _deleted(self, workload_id: str, e: E) -> Keys:
-        self.views.pop(workload_id, None)
-        return (workload_id,)
+        """The name's view goes; a new incarnation of the name starts another."""
+        if self._current(workload_id) is None:
+            return ()
+        name = self.name_of.pop(workload_id)
+        del self.views[name]
+        return (name,)
+
+    def _current(self, workload_id: str) -> v.WorkloadView | None:
+        """The view of the workload, while it is its name's current incarnation."""
+        view = self.views.get(self.name_of.get(workload_id, workload_id))
+        return view if view is not None and view["workload_id"] == workload_id else None
 
     def _set(self, workload_id: str, e: E, **fields: Any) -> Keys:
-        view = self.views.get(workload_id)
+        view = self._current(workload_id)
         if view is None:
             return ()
         cast(View, view).update(fields, updated_at=e["timestamp"])  # a view document is a dict
-        return (workload_id,)
+        return (view["name"],)
 
 
 def _preferences(given: E | None) -> v.PreferencesDocument:

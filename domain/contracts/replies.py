@@ -30,7 +30,9 @@ class Result(TypedDict):
     command_id: str
     events: list[EventRef]  # none: it changed nothing (a resend, or nothing to do)
     # a workload's
-    workload_id: NotRequired[str]
+    workload_id: NotRequired[str]  # the incarnation's id
+    name: NotRequired[str]  # what its views are kept under and commands address
+    incarnation: NotRequired[int]
     replicas: NotRequired[int]
     serving_digest: NotRequired[str]
     deployments: NotRequired[list[str]]

@@ -21,9 +21,12 @@ from typing_extensions import TypedDict
 
 
 class WorkloadPhaseView(TypedDict):
-    """`workload_phase`, by workload id: its phase, and each deployment's beside it."""
+    """`workload_phase`, by workload name: the phase of the name's current incarnation, and
+    each of its deployments' beside it."""
 
-    workload_id: str
+    workload_id: str  # the incarnation's id: the name for the first, `<name>--<n>` later
+    name: str
+    incarnation: int  # 1 for the first workload of the name, 2 for the next after a delete, …
     phase: str
     deployments: dict[str, str]  # deployment id -> admission phase
 
@@ -219,11 +222,13 @@ class MoveDocument(TypedDict):
 
 
 class WorkloadView(TypedDict):
-    """`workloads`, by workload id: the workload as declared, its deployment on each cluster,
-    why placement found nowhere to go (null once it did), its placement preferences and its
-    last 20 moves, oldest first."""
+    """`workloads`, by workload name: the name's current incarnation as declared, its
+    deployment on each cluster, why placement found nowhere to go (null once it did), its
+    placement preferences and its last 20 moves, oldest first."""
 
-    workload_id: str
+    workload_id: str  # the incarnation's id: the name for the first, `<name>--<n>` later
+    name: str
+    incarnation: int
     project: str
     device_class: str
     replicas: int
@@ -306,6 +311,8 @@ class Workload(TypedDict):
     """`/v1/workloads/{ref}`: the workload as declared, its phase, and its deployments."""
 
     workload_id: str
+    name: str
+    incarnation: int
     project: str
     device_class: str
     replicas: int
@@ -439,9 +446,11 @@ class TimelineEntry(TypedDict):
 
 
 class AuditEntry(TimelineEntry):
-    """One event of `/v1/events`, with its stream sequence."""
+    """One event of `/v1/events`, with its stream sequence; a workload's, audited by a name
+    that was reused, with the incarnation it belongs to."""
 
     seq: int
+    incarnation: NotRequired[int]
 
 
 class AuditPage(TypedDict):

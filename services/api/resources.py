@@ -49,19 +49,27 @@ def _one(kind: str, ref: str, matches: list[str]) -> str:
 
 
 def workload_id(views: Views, ref: str) -> str:
-    """A workload's id is its name. One the views do not have yet (another API process has
-    just created it) is still tried: the hub has the last word."""
+    """A workload is addressed by its name (its views' key, and what commands take): the name's
+    current incarnation. One the views do not have yet (another API process has just created
+    it) is still tried: the hub has the last word."""
     return _one("workload", ref, [ref] if _get(views, v.WORKLOADS, ref) or is_name(ref) else [])
 
 
+def _incarnation(views: Views, name: str) -> str:
+    """The id of the current incarnation of the workload called `name` (the name itself when
+    the views have no such workload: the first incarnation's id is its name)."""
+    view = _get(views, v.WORKLOADS, name)
+    return name if view is None else view["workload_id"]
+
+
 def deployment_id(views: Views, ref: str) -> str:
-    """`<workload>--<cluster>` (the id), `<workload>/<cluster>` or `<workload>@<cluster>`, or a
-    workload's name when it has one deployment."""
+    """`<workload id>--<cluster>` (the id), `<workload>/<cluster>` or `<workload>@<cluster>` (of
+    the workload's current incarnation), or a workload's name when it has one deployment."""
     if _get(views, v.DEPLOYMENT_HEALTH, ref):
         return ref
     for separator in ("/", "@"):
         workload, found, cluster = ref.partition(separator)
-        key = f"{workload}--{cluster}"
+        key = f"{_incarnation(views, workload)}--{cluster}"
         if found and _get(views, v.DEPLOYMENT_HEALTH, key):
             return key
     parent = _get(views, v.WORKLOADS, ref)
@@ -180,7 +188,10 @@ def deployment(
 def deployments(
     views: Views, *, workload: str | None = None, cluster: str | None = None
 ) -> list[v.Deployment]:
+    """Each deployment, or those of the current incarnation of the workload named `workload`,
+    or on `cluster`."""
     grouped = replicas_by_deployment(views)
+    workload = None if workload is None else _incarnation(views, workload)
     return [
         deployment(views, d["deployment_id"], grouped.get(d["deployment_id"], []))
         for d in _sorted(_all(views, v.DEPLOYMENT_HEALTH), "deployment_id")
@@ -230,11 +241,14 @@ def reported_classes(views: Views) -> list[str]:
 
 
 def workload(views: Views, key: str) -> v.Workload:
-    """The declared workload, its phase, and each deployment's place in it."""
+    """The declared workload (the current incarnation of the name `key`), its phase, and each
+    deployment's place in it."""
     view = _get(views, v.WORKLOADS, key)
     if view is None:
         raise Problem("not_found", f"no workload {key!r}", field="ref")
     phases = _get(views, v.WORKLOAD_PHASE, key)
+    if phases is not None and phases["workload_id"] != view["workload_id"]:
+        phases = None  # the views have not caught up with a new incarnation yet
     placements = [_placement(views, d) for d in sorted(view["deployments"].values())]
     return {  # the declared deployments (by cluster) give way to their placements
         **view,
@@ -273,8 +287,8 @@ def workloads(
     views: Views, *, project: str | None = None, phase: str | None = None
 ) -> list[v.Workload]:
     found = [
-        workload(views, w["workload_id"])
-        for w in _sorted(_all(views, v.WORKLOADS), "workload_id")
+        workload(views, w["name"])
+        for w in _sorted(_all(views, v.WORKLOADS), "name")
         if project in (None, w["project"])
     ]
     return [w for w in found if phase in (None, w["phase"])]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Annotated, Any, cast
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -24,7 +24,14 @@ from wingsmith.domain import names, subjects
 from wingsmith.domain.contracts import views as v
 from wingsmith.domain.contracts.replies import Accepted, Result
 from wingsmith.domain.deployment import AdmissionPhase
-from wingsmith.projections.audit import Timeline
+from wingsmith.domain.workload import Workload
+from wingsmith.projections.audit import (
+    NAME_KIND,
+    Entry,
+    Timeline,
+    incarnation_of,
+    incarnations,
+)
 from wingsmith.services import wire
 from wingsmith.services.api import resources as r
 from wingsmith.services.api.gateway import Answered, Gateway, Views
@@ -32,7 +39,7 @@ from wingsmith.services.api.problems import PROBLEM_JSON, STATUS, Problem
 
 MAX_BODY = 64 * 1024
 HEADER_ID = re.compile(r"^[A-Za-z0-9][-_.:A-Za-z0-9]{0,127}$")
-AGGREGATE = re.compile(r"^(?P<kind>[a-z]{1,32})(:(?P<id>[-_:A-Za-z0-9]{1,400}))?$")
+AGGREGATE = re.compile(r"^(?P<kind>[a-z_]{1,32})(:(?P<id>[-_:A-Za-z0-9]{1,400}))?$")
 # command fields that the path gives, by the name the path gives them
 WORKLOAD_REF = {"workload_id": "ref"}
 DEPLOYMENT_REF = {"deployment_id": "ref"}
@@ -257,7 +264,7 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 async def create_workload(request: Request, holder: Writer) -> JSONResponse:
     """Declare a workload: placement spreads it over clusters (or it is pinned to one)."""
     reply = await _act(request, holder, c.CreateWorkload, {}, CreateWorkloadBody)
-    key = reply["result"]["workload_id"]
+    key = _name(reply)
     render = lambda: r.workload(_views(request), key)  # noqa: E731
     return _answer(reply, render, 201, Location=f"/v1/workloads/{key}")
 
@@ -333,6 +340,13 @@ async def delete_workload(request: Request, ref: Ref, holder: Writer) -> JSONRes
     fields = {"workload_id": key}
     reply = await _act(request, holder, c.DeleteWorkload, fields, renamed=WORKLOAD_REF)
     return _answer(reply, lambda: reply["result"], 202)
+
+
+def _name(reply: Answered) -> str:
+    """The name a workload's views are kept under (a receipt stored before names were reused
+    has only the id, which was the name)."""
+    result = reply["result"]
+    return result.get("name") or result["workload_id"]
 
 
 # Deployments
@@ -464,7 +478,7 @@ async def promote(request: Request, ref: Ref, holder: Writer) -> JSONResponse:
     key = r.discovery_id(_views(request), ref)
     fields = {"discovery_id": key}
     reply = await _act(request, holder, c.PromoteDiscovery, fields, PromoteBody, DISCOVERY_REF)
-    workload = reply["result"]["workload_id"]
+    workload = _name(reply)
     render = lambda: r.workload(_views(request), workload)  # noqa: E731
     return _answer(reply, render, 201, Location=f"/v1/workloads/{workload}")
 
@@ -560,11 +574,17 @@ async def events(
     """History, oldest first, each event with the fields it changed (before and after) and the
     command that caused it. `next` is the `since` of the next page (null: none). One aggregate's
     history is folded from its first event, so `before` is right on every page; a kind's, or
-    everything's, from `since`."""
+    everything's, from `since`. `workload:<name>` is every incarnation of the name, each entry
+    with its `incarnation` once the name was reused, and the name's record."""
     subject, whole = _subject(aggregate)
+    numbered: dict[str, int] = {}
+    if whole and subject.startswith(f"{names.EVENTS}.{Workload.kind}."):
+        name = (aggregate or "").partition(":")[2]
+        history, numbered = await _incarnations(_gateway(request), name)
+    else:
+        history = _gateway(request).history(subject, 1 if whole else since)
     timeline = Timeline()
     entries: list[v.AuditEntry] = []
-    history = _gateway(request).history(subject, 1 if whole else since)
     async with contextlib.aclosing(history):
         async for message in history:
             entry = timeline.apply(orjson.loads(message.data))
@@ -574,8 +594,37 @@ async def events(
                 continue
             if len(entries) == limit:
                 return {"events": entries, "next": message.seq}
-            entries.append({**entry.as_dict(), "seq": message.seq})
+            entries.append(_entry(entry, message.seq, incarnation_of(entry, numbered)))
     return {"events": entries, "next": None}
+
+
+def _entry(entry: Entry, seq: int, incarnation: int | None) -> v.AuditEntry:
+    shown = cast(v.AuditEntry, {**entry.as_dict(), "seq": seq})  # incarnation: set below
+    if incarnation is not None:
+        shown["incarnation"] = incarnation
+    return shown
+
+
+async def _incarnations(
+    gateway: Gateway, name: str
+) -> tuple[AsyncGenerator[nats_bus.StreamMessage, None], dict[str, int]]:
+    """Every incarnation's history of the workload called `name`, with its name's record, in
+    stream order; and each incarnation's number by its id (none for a name never reused)."""
+    record = [m async for m in gateway.history(_events_of(NAME_KIND, name), 1)]
+    numbered = incarnations(orjson.loads(m.data) for m in record)
+    found = list(record)
+    for workload_id in numbered or [name]:
+        found += [m async for m in gateway.history(_events_of(Workload.kind, workload_id), 1)]
+
+    async def in_order() -> AsyncGenerator[nats_bus.StreamMessage, None]:
+        for message in sorted(found, key=lambda m: m.seq):
+            yield message
+
+    return in_order(), numbered
+
+
+def _events_of(kind: str, key: str) -> str:
+    return f"{names.EVENTS}.{kind}.{subjects.token(key)}.*"
 
 
 def _subject(aggregate: str | None) -> tuple[str, bool]:
@@ -591,5 +640,5 @@ def _subject(aggregate: str | None) -> tuple[str, bool]:
             field="query.aggregate",
         )
     if match["id"]:
-        return f"{names.EVENTS}.{match['kind']}.{subjects.token(match['id'])}.*", True
+        return _events_of(match["kind"], match["id"]), True
     return f"{names.EVENTS}.{match['kind']}.>", False

@@ -163,7 +163,7 @@ def _cell(value: Any) -> str:
 def _workload_table(found: v.WorkloadList) -> str:
     rows = [
         (
-            w["workload_id"],
+            _named(w),
             w["project"],
             w["device_class"],
             w["replicas"],
@@ -176,6 +176,11 @@ def _workload_table(found: v.WorkloadList) -> str:
     ]
     headers = ("WORKLOAD", "PROJECT", "CLASS", "REPLICAS", "READY", "PHASE", "DEPLOYMENTS")
     return table(headers, rows)
+
+
+def _named(w: v.Workload) -> str:
+    """The workload's name; `#<n>` after it for a later incarnation of the name."""
+    return w["name"] if w["incarnation"] == 1 else f"{w['name']} #{w['incarnation']}"
 
 
 async def _list_workloads(api: ApiClient, args: argparse.Namespace) -> str:
@@ -309,7 +314,9 @@ async def _serving(api: ApiClient, args: argparse.Namespace) -> str | None:
 async def _delete(api: ApiClient, args: argparse.Namespace) -> str | None:
     deleted = await api.call("DELETE", f"/v1/workloads/{args.ref}")
     return _out(
-        args, deleted, lambda d: f"deleted {d['workload_id']}: {', '.join(d['deployments'])}"
+        args,
+        deleted,
+        lambda d: f"deleted {d.get('name', d['workload_id'])}: {', '.join(d['deployments'])}",
     )
 
 
@@ -324,14 +331,15 @@ async def _then_wait(
 def _target(answer: v.Workload | Accepted) -> Target:
     """What the write asked for, as its answer says it; a 202's views do not show it yet."""
     said = answer["result"] if _accepted(answer) else answer
-    key, replicas, digest = said["workload_id"], said["replicas"], said["serving_digest"]
+    key = said.get("name") or said["workload_id"]  # a receipt stored before names: the id
+    replicas, digest = said["replicas"], said["serving_digest"]
     return Target(key, replicas, digest, shown=not _accepted(answer))
 
 
 async def wait_until_ready(api: ApiClient, target: Target, timeout: float) -> v.Workload:
     """Follow the workload until its replicas are ready on its current serving config
     (services/cli/waiting.py); a bar shows them, with why the rest are not ready yet."""
-    key = target.workload_id
+    key = target.name
 
     async def look() -> tuple[v.Workload | None, list[v.Deployment]]:
         workload = await api.call("GET", f"/v1/workloads/{key}", none_if_missing=True)

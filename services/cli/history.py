@@ -21,7 +21,8 @@ from wingsmith.adapters.checkpoints import CheckpointStore
 from wingsmith.adapters.dead_letters import Component
 from wingsmith.adapters.store import StoreThread, store_env
 from wingsmith.domain import names, subjects
-from wingsmith.projections.audit import Entry, Timeline
+from wingsmith.domain.workload import Workload
+from wingsmith.projections.audit import NAME_KIND, Entry, Timeline, incarnation_of, incarnations
 from wingsmith.projections.fleet import PROJECTIONS
 from wingsmith.services.cli.terminal import Progress
 from wingsmith.services.config import Settings, connect
@@ -225,7 +226,12 @@ async def _store(settings: Settings) -> AsyncIterator[tuple[StoreThread, Checkpo
 
 def audit(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("ref", nargs="?", help="aggregate:id, e.g. deployment:llama--east")
+    target.add_argument(
+        "ref",
+        nargs="?",
+        help="aggregate:id, e.g. deployment:llama--east; workload:<name> shows every "
+        "incarnation of the name",
+    )
     target.add_argument("--correlation", metavar="ID", help="every event of this correlation id")
     parser.add_argument(
         "--since", type=_time, metavar="TIME", help="with --correlation: search from this time"
@@ -235,46 +241,83 @@ def audit(parser: argparse.ArgumentParser) -> None:
 
 
 async def _audit(args: argparse.Namespace) -> int:
-    if args.ref is not None:
-        kind, _, key = args.ref.replace("/", ":", 1).partition(":")
-        if not (kind.isascii() and kind.isalpha()) or not key:
-            raise ValueError(
-                f"{args.ref!r} is not an aggregate reference like deployment:llama--east"
-            )
-        subject = f"{names.EVENTS}.{kind}.{subjects.token(key)}.*"
-        start, wanted = 1, None
-    else:
-        subject, start, wanted = names.every(names.EVENTS), args.since or 1, args.correlation
-    needle = orjson.dumps(wanted)
-    timeline = Timeline()
+    numbered: dict[str, int] = {}
     nc = await connect(Settings.from_env(), "wingsmith-cli")
     try:
-        stream = nats_bus.read_stream(nc, names.EVENTS_STREAM, subject, follow=False, start=start)
-        async for m in stream:
-            if wanted is None or needle in m.data:  # cheap test before decoding
-                e = orjson.loads(m.data)
-                if wanted is None or e["event"]["correlation_id"] == wanted:
-                    timeline.apply(e)
+        if args.ref is not None:
+            kind, key = _reference(args.ref)
+            if kind == Workload.kind:
+                found, numbered = await _workload_history(nc, key)
+            else:
+                found = await _read(nc, _events_of(kind, key))
+        else:
+            found = await _read(nc, names.every(names.EVENTS), args.since or 1, args.correlation)
     finally:
         await nc.close()
+    timeline = Timeline()
+    for envelope in found:
+        timeline.apply(envelope)
     if not timeline.entries:
         print(f"wingsmith: no events for {args.ref or args.correlation!r}", file=sys.stderr)
         return 1
     for entry in timeline.entries:
-        print(orjson.dumps(entry.as_dict()).decode() if args.json else _audit_line(entry))
+        n = incarnation_of(entry, numbered)
+        if args.json:
+            shown = entry.as_dict() | ({} if n is None else {"incarnation": n})
+            print(orjson.dumps(shown).decode())
+        else:
+            print(_audit_line(entry, n))
     return 0
 
 
-def _audit_line(entry: Entry) -> str:
+def _reference(ref: str) -> tuple[str, str]:
+    """`kind:id` (or `kind/id`) as its kind and id."""
+    kind, _, key = ref.replace("/", ":", 1).partition(":")
+    if not (kind.isascii() and kind.replace("_", "").isalpha()) or not key:
+        raise ValueError(f"{ref!r} is not an aggregate reference like deployment:llama--east")
+    return kind, key
+
+
+def _events_of(kind: str, key: str) -> str:
+    return f"{names.EVENTS}.{kind}.{subjects.token(key)}.*"
+
+
+async def _workload_history(nc: Any, name: str) -> tuple[list[Any], dict[str, int]]:
+    """Every incarnation's history of the workload called `name` and its name's record, in
+    store order, with each incarnation's number by its id (none for a name never recorded)."""
+    record = await _read(nc, _events_of(NAME_KIND, name))
+    numbered = incarnations(record)
+    found = list(record)
+    for workload_id in numbered or [name]:
+        found += await _read(nc, _events_of(Workload.kind, workload_id))
+    return sorted(found, key=lambda e: e["position"]), numbered
+
+
+async def _read(nc: Any, subject: str, start: int = 1, correlation: str | None = None) -> list[Any]:
+    """The events on `subject` from `start` (of one causal chain, when `correlation` is given)."""
+    needle = orjson.dumps(correlation)
+    found = []
+    stream = nats_bus.read_stream(nc, names.EVENTS_STREAM, subject, follow=False, start=start)
+    async for m in stream:
+        if correlation is None or needle in m.data:  # cheap test before decoding
+            e = orjson.loads(m.data)
+            if correlation is None or e["event"]["correlation_id"] == correlation:
+                found.append(e)
+    return found
+
+
+def _audit_line(entry: Entry, incarnation: int | None = None) -> str:
     changes = ", ".join(
         f"{name}={_short(c.after)}"
         if c.before is None
         else f"{name}: {_short(c.before)} → {_short(c.after)}"
         for name, c in entry.changes.items()
     )
+    label = "" if incarnation is None else f" #{incarnation}"
     return (
-        f"{entry.timestamp[:23]:23} {entry.aggregate}:{entry.aggregate_id} v{entry.version} "
-        f"{entry.type}  {changes or '-'}  cmd={entry.command_id} corr={entry.correlation_id}"
+        f"{entry.timestamp[:23]:23} {entry.aggregate}:{entry.aggregate_id}{label} "
+        f"v{entry.version} {entry.type}  {changes or '-'}  cmd={entry.command_id} "
+        f"corr={entry.correlation_id}"
     )
 
 

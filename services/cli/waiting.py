@@ -49,7 +49,7 @@ class Target:
     """What the command asked for, as its answer said: the wait judges the workload once the
     views show it (`shown`: at once for an answer the views already had)."""
 
-    workload_id: str
+    name: str  # the workload's name: the views key it by that
     replicas: int
     serving_digest: str
     shown: bool
@@ -213,7 +213,7 @@ async def follow(
     """Read the workload (`look`) until it is ready, showing how far it is after each read;
     WaitGaveUp at the timeout, at a failure that came while waiting, or when it is deleted."""
     loop = asyncio.get_running_loop()
-    deadline, key = loop.time() + timeout, target.workload_id
+    deadline, key = loop.time() + timeout, target.name
     before: Failures | None = None  # the failures of the first read that had the workload
     shown = target.shown
     while True:

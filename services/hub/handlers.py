@@ -33,6 +33,7 @@ from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Known, Replica, Roster, reconcile
 from wingsmith.domain.values import ResourceRef, ServingConfig
 from wingsmith.domain.workload import PlacementReason, Workload
+from wingsmith.domain.workload_name import WorkloadName, check_free, incarnation_id
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -91,7 +92,8 @@ def report_inventory(repo: Repository, cmd: c.ReportInventory, cause: Cause) -> 
 
 
 def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> dict[str, Any]:
-    _check_unused(repo, cmd.workload_id)
+    """A new workload under its name: the name's first incarnation, or the next one when the
+    workload that had it was deleted."""
     project = _require(repo, Project, cmd.project, "project")
     if cmd.device_class not in project.quota:  # a class with a quota is known: no look-up
         check_device_class(cmd.device_class, repo.reported_device_classes(), project.quota)
@@ -99,9 +101,12 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
         _require(repo, Cluster, cluster, "cluster" if cmd.cluster else "clusters")
     for cluster in cmd.preferred_clusters:
         _require(repo, Cluster, cluster, "preferred_clusters")
+    workload_id, incarnation = _claim(repo, cause, cmd.workload_id)
     workload = Workload.create(
         cause,
-        cmd.workload_id,
+        workload_id,
+        name=cmd.workload_id,
+        incarnation=incarnation,
         project=cmd.project,
         device_class=cmd.device_class,
         serving=cmd.serving,
@@ -117,17 +122,40 @@ def create_workload(repo: Repository, cmd: c.CreateWorkload, cause: Cause) -> di
     return _workload_result(workload)
 
 
-def _check_unused(repo: Repository, workload_id: str) -> None:
-    """A deleted workload's history stays under its id, so the id is never given out again."""
-    workload = repo.get(Workload, workload_id)
+def _named(repo: Repository, name: str) -> Workload | None:
+    """The current incarnation of the workload called `name`, deleted or not. A name with no
+    record of its incarnations was never reused: its workload's id is the name."""
+    claimed = repo.get(WorkloadName, name)
+    workload = repo.get(Workload, claimed.current if claimed is not None else name)
+    return workload if workload is not None and workload.name == name else None
+
+
+def _current(repo: Repository, name: str) -> Workload:
+    """The workload a command addressed by name is for: the name's current incarnation."""
+    workload = _named(repo, name)
     if workload is None:
-        return
-    if workload.deleted:
-        raise AlreadyExists(
-            f"workload id {workload_id!r} belonged to a deleted workload; ids are not reused",
-            field="workload_id",
-        )
-    raise AlreadyExists(f"workload {workload_id!r} already exists", field="workload_id")
+        raise NotFound(f"workload {name!r} does not exist", field="workload_id")
+    return workload
+
+
+def _claim(repo: Repository, cause: Cause, name: str) -> tuple[str, int]:
+    """Claim `name` for a new workload: its id and incarnation. Refused while the workload
+    that has the name is not deleted. A name's first workload, whose id is the name, needs no
+    record (two racing for it both create that workload); once one has another id, the name's
+    record says which, and two claims racing for it change the record at one version: the
+    store keeps one."""
+    current = _named(repo, name)
+    if current is not None:
+        check_free(name, current.key, deleted=current.deleted)
+    claimed = repo.get(WorkloadName, name)
+    incarnation = (claimed.incarnation if claimed else int(current is not None)) + 1
+    workload_id = incarnation_id(name, incarnation, lambda key: repo.get(Workload, key) is not None)
+    if claimed is None and workload_id != name:
+        earlier = () if current is None else (current.key,)
+        repo.add(WorkloadName.claim_first(cause, name, workload_id, earlier=earlier))
+    elif claimed is not None:
+        claimed.claim(cause, workload_id, current_deleted=current is None or current.deleted)
+    return workload_id, incarnation
 
 
 def _add_deployment(
@@ -171,7 +199,8 @@ def _add_deployment(
 def set_placement_preferences(
     repo: Repository, cmd: c.SetPlacementPreferences, cause: Cause
 ) -> dict[str, Any]:
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    """Where the name's current incarnation should rather go."""
+    workload = _current(repo, cmd.workload_id)
     for cluster in cmd.preferred_clusters:
         _require(repo, Cluster, cluster, "preferred_clusters")
     workload.set_preferences(cause, cmd.preferences())
@@ -182,7 +211,7 @@ def set_placement_preferences(
 
 def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict[str, Any]:
     """A pinned workload's one deployment scales with it; otherwise placement re-divides."""
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload = _current(repo, cmd.workload_id)
     workload.scale(cause, cmd.replicas)
     key = workload.deployments.get(workload.cluster_pin or "")
     if workload.cluster_pin is not None and key is not None:
@@ -192,8 +221,8 @@ def scale_workload(repo: Repository, cmd: c.ScaleWorkload, cause: Cause) -> dict
 
 def delete_workload(repo: Repository, cmd: c.DeleteWorkload, cause: Cause) -> dict[str, Any]:
     """The workload and every deployment of it, in one command: either all are deleted or
-    none is."""
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    none is. Its name is free again for a new workload from then on."""
+    workload = _current(repo, cmd.workload_id)
     workload.delete(cause)
     for key in workload.deployments.values():
         _require(repo, Deployment, key, "workload_id").delete(cause)
@@ -251,7 +280,7 @@ def _move(
 def change_serving_config(
     repo: Repository, cmd: c.ChangeServingConfig, cause: Cause
 ) -> dict[str, Any]:
-    workload = _require(repo, Workload, cmd.workload_id, "workload_id")
+    workload = _current(repo, cmd.workload_id)
     found = (repo.get(Deployment, key) for key in workload.deployments.values())
     rendered = [d for d in found if d is not None and d.adopted is None]
     for args in (workload.engine_args, *(d.engine_args for d in rendered)):
@@ -519,15 +548,17 @@ def promote_discovery(repo: Repository, cmd: c.PromoteDiscovery, cause: Cause) -
     """Adopt what runs: a workload pinned to the cluster, with one observed deployment that
     records the engine's arguments as imported_args. Nothing on the cluster changes."""
     discovery = _require(repo, Discovery, cmd.discovery_id, "discovery_id")
-    workload_id, primary = discovery.adoption(cmd.workload_id)
+    name, primary = discovery.adoption(cmd.workload_id)
     sighting = discovery.sighting
-    _check_unused(repo, workload_id)
     _require(repo, Project, cmd.project, "project")
     cluster = _require(repo, Cluster, discovery.cluster_id, "discovery_id")
     serving = cmd.serving or sighting.implied_serving()
+    workload_id, incarnation = _claim(repo, cause, name)
     workload = Workload.create(
         cause,
         workload_id,
+        name=name,
+        incarnation=incarnation,
         project=cmd.project,
         device_class=cmd.device_class or cluster.only_device_class(),
         serving=serving,
@@ -551,8 +582,11 @@ def _observed(repo: Repository, cluster_id: str, deployment_id: str) -> Deployme
 
 
 def _workload_result(workload: Workload) -> dict[str, Any]:
+    """`name` keys the workload's views; `workload_id` is this incarnation's id."""
     return {
         "workload_id": workload.key,
+        "name": workload.name,
+        "incarnation": workload.incarnation,
         "replicas": workload.replicas,
         "serving_digest": workload.serving_digest,
         "deployments": sorted(workload.deployments.values()),

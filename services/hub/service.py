@@ -236,7 +236,8 @@ class UnitOfWork:
 
     def stale_reads(self) -> list[str]:
         """Cached aggregates this command read that another writer has moved past. A command
-        that records events on one finds out by a conflict; one that records nothing only here."""
+        that records events on one finds out by a conflict; one that records nothing, or is
+        refused, only here."""
         stale = []
         for agg_id in self._unverified.intersection(self._pending_marks):
             aggregate = self.touched[agg_id]
@@ -381,7 +382,13 @@ class Executor:
             try:
                 result = handle(uow, sub.command, cause)
             except DomainError as e:
+                # refused on another writer's past ("already exists" of a workload another hub
+                # has deleted since): decide again on fresh state, as a no-op is
+                stale = [] if attempt else uow.stale_reads()
                 uow.rollback()
+                if stale:
+                    uow.forget(stale)
+                    continue
                 stored = self._stored_reply(sub)
                 if stored is None and sub.chain is not None:
                     sub.chain.refused(e.code)

@@ -197,3 +197,24 @@ def test_deployment_ids_that_meet_are_refused(executor: Executor) -> None:
     assert clash["error"]["code"] == "already_exists"
     assert clash["error"]["message"] == "deployment 'a--b--c' already exists"
     assert executor.store.load("workload:a") is None
+
+
+def test_a_refusal_decided_on_a_stale_cache_is_decided_again(
+    executor: Executor, store_env_: dict[str, str]
+) -> None:
+    """This hub caches `llama` as live; another deleted it: its name is free again."""
+    seed(executor)
+    other_hub = Executor(EventStore(store_env_))
+    assert replies(other_hub, command("workload.delete", command_id="d", workload_id="llama"))[0][
+        "ok"
+    ]
+    again = {"project": "research", "device_class": "H100", "serving": LLAMA, "replicas": 1}
+    out = replies(
+        executor, command("workload.create", command_id="w2", workload_id="llama", **again)
+    )[0]
+    assert out["ok"], out
+    assert (out["result"]["workload_id"], out["result"]["incarnation"]) == ("llama--2", 2)
+    refused = replies(
+        executor, command("workload.create", command_id="w3", workload_id="llama", **again)
+    )[0]
+    assert refused["error"]["code"] == "already_exists"  # fresh, and still refused

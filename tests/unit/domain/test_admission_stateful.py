@@ -38,6 +38,7 @@ from wingsmith.domain.project import Project
 from wingsmith.domain.replica import Replica
 from wingsmith.domain.values import ServingConfig, ServingMode
 from wingsmith.domain.workload import Workload
+from wingsmith.domain.workload_name import WorkloadName
 from wingsmith.services.hub.handlers import delete_workload, place_workload
 
 from .conftest import cluster, plane, serving
@@ -117,6 +118,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             Workload: self.workloads,
             Cluster: self.clusters,
             Deployment: {d.key: d for d in self.deployments},
+            WorkloadName: {},  # its workloads are made here, with no record of their names
         }[cls]
         return found.get(key)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wingsmith.projections.audit import Change, Timeline
+from wingsmith.projections.audit import Change, Timeline, incarnation_of, incarnations
 
 
 def envelope(position: int, type_: str, **fields: Any) -> dict[str, Any]:
@@ -47,3 +47,29 @@ def test_a_deletion_is_an_entry_that_changes_no_field() -> None:
     deleted = timeline.apply(envelope(2, "DeploymentDeleted"))
     assert deleted is not None
     assert (deleted.type, deleted.changes, deleted.version) == ("DeploymentDeleted", {}, 2)
+
+
+def claim(position: int, type_: str, **fields: Any) -> dict[str, Any]:
+    return envelope(position, type_, **fields) | {"aggregate": "workload_name"}
+
+
+def test_a_names_record_numbers_every_incarnation_of_it() -> None:
+    record = [
+        claim(1, "WorkloadNameClaimed", workload_id="chat--2", incarnation=2, earlier=["chat"]),
+        claim(2, "WorkloadNameReclaimed", workload_id="chat--3", incarnation=3),
+    ]
+    numbered = incarnations(record)
+    assert numbered == {"chat": 1, "chat--2": 2, "chat--3": 3}
+    timeline = Timeline()
+    second = timeline.apply(
+        envelope(3, "WorkloadCreated", name="chat")
+        | {"aggregate": "workload"}
+        | {"aggregate_id": "chat--2"}
+    )
+    assert second is not None and incarnation_of(second, numbered) == 2
+    other = timeline.apply(envelope(4, "DeploymentScaled", desired_replicas=1))
+    assert other is not None and incarnation_of(other, numbered) is None
+
+
+def test_a_name_never_reused_has_no_record_and_no_numbers() -> None:
+    assert incarnations([]) == {}

@@ -1,5 +1,5 @@
-"""The workloads and clusters views, exactly as the REST API reads them, over events made by the
-real aggregates."""
+"""The workloads and clusters views (and a name's phase), exactly as the REST API reads them, over
+events made by the real aggregates."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 from wingsmith.domain.base import Aggregate, Cause, Writer
 from wingsmith.domain.cluster import Cluster, Node, OperatorInfo
+from wingsmith.domain.deployment import Deployment
 from wingsmith.domain.placement import Preferences, Strategy
 from wingsmith.domain.workload import MOVES_KEPT, MoveReason, PlacementReason, Workload
 from wingsmith.projections.base import Fold, Projection
-from wingsmith.projections.fleet import Clusters, Workloads
+from wingsmith.projections.fleet import Clusters, WorkloadPhase, Workloads
 
 from .history import envelope, serving
 
@@ -68,6 +69,8 @@ def test_a_workload_as_declared_placed_and_deleted() -> None:
     assert given.projection.views == {
         "chat": {
             "workload_id": "chat",
+            "name": "chat",
+            "incarnation": 1,
             "project": "research",
             "device_class": "H100",
             "replicas": 4,
@@ -131,6 +134,83 @@ def test_a_workload_shows_its_preferences_and_its_last_moves() -> None:
     assert view["moves"][0]["at"] == stamp(5)  # the two oldest left
 
 
+def chat(
+    cause: Cause, workload_id: str = "chat", incarnation: int = 1, replicas: int = 2
+) -> Workload:
+    return Workload.create(
+        cause,
+        workload_id,
+        name="chat",
+        incarnation=incarnation,
+        project="research",
+        device_class="H100",
+        serving=serving(2),
+        replicas=replicas,
+        cluster_pin=None,
+    )
+
+
+def test_a_name_declared_again_shows_its_new_incarnation_under_the_name() -> None:
+    given = Given(Workloads())
+    first = chat(at(0))
+    first.attach_deployment(at(1), "east", "chat--east")
+    first.delete(at(2))
+    given.flush(first)
+    assert given.projection.views == {}
+    second = chat(at(3), "chat--2", 2, replicas=5)
+    given.flush(second)
+    view = given.projection.views["chat"]
+    assert (view["workload_id"], view["name"], view["incarnation"]) == ("chat--2", "chat", 2)
+    assert (view["replicas"], view["deployments"], view["created_at"]) == (5, {}, stamp(3))
+    assert given.changed == ["chat"] * 4
+
+
+def test_a_names_phase_is_its_current_incarnations() -> None:
+    given = Given(WorkloadPhase())
+    first = chat(at(0))
+    old = deployment(at(0), "chat")
+    old.decide_admission(at(1), admitted=True, reason=None, evidence={}, devices=2)
+    given.flush(first, old)
+    assert given.projection.views["chat"]["phase"] == "admitted"
+    first.delete(at(2))
+    old.delete(at(2))
+    given.flush(first, old)
+    assert given.projection.views == {}
+    second, new = chat(at(3), "chat--2", 2), deployment(at(3), "chat--2")
+    given.flush(second, new)
+    assert given.projection.views == {
+        "chat": {
+            "workload_id": "chat--2",
+            "name": "chat",
+            "incarnation": 2,
+            "phase": "pending",
+            "deployments": {"chat--2--east": "pending"},
+        }
+    }
+
+
+def deployment(cause: Cause, workload_id: str) -> Deployment:
+    return Deployment.create(
+        cause,
+        workload_id=workload_id,
+        cluster_id="east",
+        project="research",
+        device_class="H100",
+        serving=serving(2),
+        desired_replicas=1,
+    )
+
+
+def test_a_workload_created_before_names_were_recorded_is_its_names_first() -> None:
+    """Its WorkloadCreated has neither name nor incarnation: its id is its name."""
+    given = Given(Workloads())
+    body = envelope(chat(at(0)).collect_events()[0], 1)
+    old_event = {k: v for k, v in body["event"].items() if k not in ("name", "incarnation")}
+    given.fold.apply_envelope(body | {"event": old_event})
+    view = given.projection.views["chat"]
+    assert (view["workload_id"], view["name"], view["incarnation"]) == ("chat", "chat", 1)
+
+
 def test_a_pinned_workload_names_its_cluster() -> None:
     given = Given(Workloads())
     w = Workload.create(
@@ -183,3 +263,12 @@ def test_a_cluster_with_its_inventory_reachability_and_operator() -> None:
     c.set_reachable(at(4), False)
     given.flush(c)
     assert given.projection.views["east"]["reachable"] is False
+
+
+def test_a_later_incarnations_moves_show_under_its_name() -> None:
+    given = Given(Workloads())
+    second = chat(at(0), "chat--2", 2)
+    second.attach_deployment(at(1), "east", "chat--2--east")
+    second.record_move(at(1), "east", "west", 1, MoveReason.PENDING_TOO_LONG)
+    given.flush(second)
+    assert [m["reason"] for m in given.projection.views["chat"]["moves"]] == ["pending_too_long"]

@@ -86,6 +86,8 @@ def test_workload_and_deployment_views_follow_the_cluster() -> None:
     phases = fold(WorkloadPhase, fleet.envelopes).views["w1"]
     assert phases == {
         "workload_id": "w1",
+        "name": "w1",
+        "incarnation": 1,
         "phase": "running",
         "deployments": {"w1--east": "running"},
     }

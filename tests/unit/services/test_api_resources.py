@@ -52,9 +52,15 @@ def sighting(cluster: str, namespace: str, name: str) -> dict[str, Any]:
 
 VIEWS = Views(
     workloads={
-        "llama": {"workload_id": "llama", "project": "p", "deployments": {"east": "llama--east"}},
+        "llama": {
+            "workload_id": "llama",
+            "name": "llama",
+            "project": "p",
+            "deployments": {"east": "llama--east"},
+        },
         "both": {
             "workload_id": "both",
+            "name": "both",
             "project": "p",
             "deployments": {"east": "both--east", "west": "both--west"},
         },
@@ -73,7 +79,7 @@ VIEWS = Views(
     allocations={
         "llama--east--pod-1": {"replica_id": "llama--east--pod-1", "deployment_id": "llama--east"}
     },
-    workload_phase={"llama": {"phase": "running"}},
+    workload_phase={"llama": {"workload_id": "llama", "phase": "running"}},
 )
 
 
@@ -251,3 +257,22 @@ def test_a_workload_placed_nowhere_is_explained_and_an_unknown_ref_is_not_found(
     with pytest.raises(Problem) as missing:
         r.explanation(EXPLAINED, "nothing")
     assert (missing.value.status, missing.value.code) == (404, "not_found")
+
+
+INCARNATIONS = Views(
+    workloads={"chat": {"workload_id": "chat--2", "name": "chat", "deployments": {}}},
+    deployment_health={
+        "chat--east": health("chat--east", "east"),  # the deleted first's, still shown
+        "chat--2--east": health("chat--2--east", "east") | {"workload_id": "chat--2"},
+    },
+    workload_phase={"chat": {"workload_id": "chat", "phase": "running"}},  # not caught up
+)
+
+
+def test_a_name_addresses_its_current_incarnation() -> None:
+    assert r.deployment_id(INCARNATIONS, "chat/east") == "chat--2--east"
+    assert r.deployment_id(INCARNATIONS, "chat--east") == "chat--east"  # an id is an id
+    listed = r.deployments(INCARNATIONS, workload="chat")
+    assert [d["deployment_id"] for d in listed] == ["chat--2--east"]
+    shown = r.workload(INCARNATIONS, "chat")
+    assert (shown["workload_id"], shown["phase"]) == ("chat--2", "pending")

@@ -1,11 +1,16 @@
 """What the resource commands print: capacity, per node and quota use tables with every
-column admission counts."""
+column admission counts, and workloads by name with a later incarnation marked."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wingsmith.services.cli.client import _cluster_table, _node_table, _project_table
+from wingsmith.services.cli.client import (
+    _cluster_table,
+    _node_table,
+    _project_table,
+    _workload_table,
+)
 
 CAPACITY = ["CLASS", "TOTAL", "UNSCHED", "OUTSIDE", "ALLOCATED", "RESERVED", "FREE"]
 
@@ -70,4 +75,24 @@ def test_projects_list_shows_grants_not_started_as_used() -> None:
     assert cells(_project_table({"projects": [{"project": "p", "quotas": [quota]}]})) == [
         ["PROJECT", "CLASS", "QUOTA", "USED", "ALLOCATED", "RESERVED", "AVAILABLE"],
         ["p", "H100", "24", "16", "8", "8", "8"],
+    ]
+
+
+def test_workloads_list_marks_a_later_incarnation_of_a_name() -> None:
+    placed = {"cluster_id": "east", "admission_phase": "running", "ready_replicas": 1}
+    first: Any = {
+        "workload_id": "embed",
+        "name": "embed",
+        "incarnation": 1,
+        "project": "p",
+        "device_class": "H100",
+        "replicas": 1,
+        "phase": "running",
+        "deployments": [placed],
+        "unplaced": None,
+    }
+    again = first | {"workload_id": "chat--2", "name": "chat", "incarnation": 2}
+    assert cells(_workload_table({"workloads": [again, first]}))[1:] == [
+        ["chat", "#2", "p", "H100", "1", "1", "running", "east:running"],
+        ["embed", "p", "H100", "1", "1", "running", "east:running"],
     ]

@@ -1,6 +1,6 @@
 """Deleting a workload, rule by rule (given / when / then): it goes with every deployment of it
-in one command, what is deleted refuses the plane, its id is not reused, and its cluster's
-reports of it winding down are still recorded."""
+in one command, what is deleted refuses the plane, its id is not reused (its name is), and its
+cluster's reports of it winding down are still recorded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from wingsmith.domain import commands as c
-from wingsmith.domain.base import AlreadyExists, NotFound, Writer
+from wingsmith.domain.base import NotFound, Writer
 from wingsmith.domain.cluster import Cluster, Node
 from wingsmith.domain.deployment import Deployment
 from wingsmith.domain.project import Project
@@ -142,30 +142,33 @@ def test_what_is_deleted_refuses_the_plane(subject: str, body: dict[str, Any]) -
 
 
 def test_the_id_of_a_deleted_workload_is_not_reused() -> None:
+    """Its name is (tests/unit/services/test_names.py): the new workload gets another id."""
     repo = fleet()
     run(repo, "workload.delete", workload_id="chat")
-    with pytest.raises(AlreadyExists) as refused:
-        run(
-            repo,
-            "workload.create",
-            workload_id="chat",
-            project="research",
-            device_class="H100",
-            serving=CHAT,
-            replicas=1,
-        )
-    assert refused.value.field == "workload_id"
-    assert refused.value.message == (
-        "workload id 'chat' belonged to a deleted workload; ids are not reused"
+    again = run(
+        repo,
+        "workload.create",
+        workload_id="chat",
+        project="research",
+        device_class="H100",
+        serving=CHAT,
+        replicas=1,
     )
+    assert again["workload_id"] != "chat"
+    assert repo.get(Workload, "chat").deleted
 
 
-def test_a_discovery_cannot_be_promoted_onto_a_deleted_workloads_id() -> None:
+def test_a_discovery_promoted_onto_a_deleted_workloads_name_is_a_new_incarnation() -> None:
     repo = fleet()
     run(repo, "workload.delete", workload_id="chat")
     observe_discovery(repo, observe(sighting()), cluster())
-    with pytest.raises(AlreadyExists, match="belonged to a deleted workload"):
-        promote(repo, workload_id="chat")
+    adopted = promote(repo, workload_id="chat")
+    assert (adopted["workload_id"], adopted["name"], adopted["incarnation"]) == (
+        "chat--2",
+        "chat",
+        2,
+    )
+    assert adopted["deployments"] == ["chat--2--east"]
 
 
 def test_reports_of_a_deleted_deployment_winding_down_are_recorded_and_move_no_phase() -> None:
