@@ -1081,6 +1081,7 @@ class Ledger:
                 per_replica=w.per_replica,
                 desired=share,
                 digest=w.digest,
+                workers=w.workers,
                 workload=placement.workload_id,
             )
             decide += self._add(deployment_id, slot)

@@ -238,6 +238,25 @@ def test_a_disaggregated_replica_of_two_4_device_workers_on_4_device_nodes() -> 
     assert fleet.ledger.deployments["a"].phase == "admitted"
 
 
+def test_a_disaggregated_workload_placed_by_the_ledger_counts_its_workers_pods() -> None:
+    """Two 2-device workers a replica: two replicas are four pods, which a node of 6 and one
+    of 2 hold (two 4-device pods would not fit)."""
+    fleet = Nodes()
+    fleet.nodes("east", 2, 6)
+    serving = {"devices_per_replica": 4, "mode": "disaggregated"}
+    decided = fleet.event(
+        "WorkloadCreated",
+        "a",
+        project="p",
+        device_class="H100",
+        serving=serving,
+        serving_digest="d1",
+        replicas=2,
+        cluster_pin=None,
+    )
+    assert verdict(decided) == [("a--east", True, 8, None)]
+
+
 def test_disaggregated_workers_wider_than_a_node_span_several() -> None:
     """Prefill and decode of 8 devices each, on nodes of 4: four pods of 4."""
     fleet = Nodes()
