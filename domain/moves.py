@@ -59,14 +59,17 @@ class Moves:
 
     def waiting_too_long(self, since: datetime) -> Iterable[Placement]:
         """Replicas waiting for capacity (or on an unreachable cluster) since before `since`:
-        as many as fit elsewhere go there."""
+        as many as fit elsewhere go there. A queue is in the order its deployments began to
+        wait, so each is read only as far as those waiting long enough."""
         ledger = self.ledger
         for (cluster, _), queue in list(ledger.waiting_in.items()):
             for deployment_id in list(queue):
                 slot = ledger.deployments[deployment_id]
+                if not before(slot.waiting_at, since):
+                    break
                 stuck = slot.reason == CAPACITY or not ledger.reachable.get(cluster, True)
                 waiting = waiting_replicas(slot)
-                if stuck and waiting and before(slot.waiting_at, since):
+                if stuck and waiting:
                     yield from self.move_away(slot, waiting, MoveReason.PENDING_TOO_LONG)
 
     def on_lost_clusters(self, since: datetime) -> Iterable[Placement]:
