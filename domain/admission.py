@@ -138,7 +138,7 @@ class Slot:
     deleted: bool = False  # wants nothing, is decided for no more; holds what its replicas do
     workers: int = 1  # engine workers per replica: 2 when disaggregated
     short_on_nodes: bool = False  # last refused because its pods did not fit the nodes
-    limits: Limits = (None, None)  # the quota and capacity its last decision reported
+    limits: Limits = (None, None, False)  # what its last decision was measured against
     workload: str | None = None  # the workload it is a share of, if any
     waiting_at: str | None = None  # the time (ISO) it began to wait: when a move is due
     moved_off: bool = False  # disabled by placement when its lost cluster's share moved away
@@ -303,19 +303,20 @@ class Ledger:
         woken = self._heads(self.waiting_for, key, QUOTA)
         if shrank:  # some waiting for capacity may now never fit: no longer ahead of anyone
             woken += self._behind_the_unfit(self.waiting_for, key, CAPACITY)
-        woken += self._to_report(self.in_project.get(key, {}), shrank)
+        over = shrank and self.held_by_project.get(key, 0) > e["devices"]
+        woken += self._to_report(self.in_project.get(key, {}), over)
         return self.oldest_first(woken)
 
-    def _to_report(self, deployment_ids: Iterable[str], shrank: bool) -> list[str]:
+    def _to_report(self, deployment_ids: Iterable[str], over: bool) -> list[str]:
         """When a quota or a cluster's devices change, those granted in part say so again, and,
-        when it shrank, so does everything that holds devices: what no longer fits is
-        reported (it keeps running)."""
+        when it shrank below what is held (`over`), so does everything that holds devices:
+        what no longer fits is reported (it keeps running)."""
         return [
             deployment_id
             for deployment_id in deployment_ids
             if (slot := self.deployments[deployment_id]).managed
             and slot.phase in HOLDS
-            and ((shrank and slot.held) or slot.reason in PARTIAL)
+            and ((over and slot.held) or slot.reason in PARTIAL)
         ]
 
     @handles(ClusterRegistered)
@@ -378,7 +379,7 @@ class Ledger:
             if shrank or reshaped:  # some waiting for quota may now never fit: no longer
                 woken += self._behind_the_unfit(self.waiting_in, key, QUOTA)  # ahead of anyone
             if self.total[key] != before:
-                woken += self._to_report(self.members.get(key, {}), shrank)
+                woken += self._to_report(self.members.get(key, {}), shrank)  # per node too
         self.inventory_position[cluster] = self.position
         self._place_again(totals)
         return self.oldest_first(woken)
@@ -635,7 +636,9 @@ class Ledger:
         else:  # the whole replicas that fit are granted, what it holds kept; the rest waits
             reason = QUOTA if wanted > quota - others_in_project else CAPACITY
             room = min(capacity - others_in_cluster, quota - others_in_project)
-            devices = max(self._grantable(deployment_id, slot, room), min(slot.granted, wanted))
+            grantable, next_short = self._grantable(deployment_id, slot, room)
+            devices = max(grantable, min(slot.granted, wanted))
+            short = short or next_short  # the nodes hold back a replica the sums would allow
         return self._decision(
             deployment_id,
             slot,
@@ -644,25 +647,26 @@ class Ledger:
             lambda: evidence() | {"granted": devices, "waiting": max(wanted - devices, 0)},
         )
 
-    def _grantable(self, deployment_id: str, slot: Slot, room: int) -> int:
+    def _grantable(self, deployment_id: str, slot: Slot, room: int) -> tuple[int, dict[str, int]]:
         """The most whole replicas that fit `room` devices and the nodes, as devices (with what
-        a previous generation holds); 0 when not one does."""
+        a previous generation holds; 0 when not one does), and, when the nodes hold back a
+        replica that `room` would allow, the evidence of it (what moving pods may change)."""
         fits_sums = (room - slot.previous) // slot.per_replica if slot.per_replica else 0
         most = min(slot.desired, fits_sums)
         if most <= 0:
-            return 0
+            return 0, {}
 
-        def fits(replicas: int) -> bool:
+        def short(replicas: int) -> dict[str, int]:
             grant = slot.previous + replicas * slot.per_replica
-            return not self._short_on_nodes(deployment_id, slot, grant, True)
+            return self._short_on_nodes(deployment_id, slot, grant, True)
 
-        if not fits(1):
-            return 0
-        low, high = 1, most  # fits(low); fewer pods fit wherever more do
+        if first := short(1):
+            return 0, first
+        low, high = 1, most  # fits low; fewer pods fit wherever more do
         while low < high:
             middle = (low + high + 1) // 2
-            low, high = (middle, high) if fits(middle) else (low, middle - 1)
-        return slot.previous + low * slot.per_replica
+            low, high = (low, middle - 1) if short(middle) else (middle, high)
+        return slot.previous + low * slot.per_replica, short(low + 1) if low < most else {}
 
     def record(self, decision: Decision) -> list[str]:
         """Apply a decision as soon as it is made, before its event comes back: the next
@@ -854,15 +858,16 @@ class Ledger:
         """Admitted when there is no reason to wait, or when part of what it wants is granted
         and the rest waits for quota or capacity; None when nothing would change. A placed or
         running deployment that is admitted again keeps its phase: only its grant moves. One
-        granted in part says so again when the quota or capacity it was measured against
-        moved, so that what no longer fits is reported."""
+        that waits, in part or whole, for quota or capacity says so again when what it was
+        measured against moved (quota, capacity, the nodes holding it back), so that what no
+        longer fits is reported and what pods moving on the nodes may change is looked at."""
         admitted = reason is None or (devices > 0 and reason in PARTIAL)
         phase: str = AdmissionPhase.ADMITTED if admitted else AdmissionPhase.PENDING
         if admitted and slot.phase in HOLDS:
             phase = slot.phase
         if (phase, reason, devices) != (slot.phase, slot.reason, slot.granted):
             return Decision(deployment_id, admitted, devices, reason, evidence(), phase)
-        if not admitted or reason is None or not isinstance(slot, Slot):
+        if reason not in PARTIAL or not isinstance(slot, Slot):
             return None
         measured = evidence()
         if limits_of(measured) == slot.limits:

@@ -56,12 +56,13 @@ PARTIAL = frozenset({AdmissionReason.INSUFFICIENT_QUOTA, AdmissionReason.INSUFFI
 # the phases in which a deployment holds what admission granted it
 HOLDS = frozenset({AdmissionPhase.ADMITTED, AdmissionPhase.PLACED, AdmissionPhase.RUNNING})
 
-Limits = tuple[int | None, int | None]
+Limits = tuple[int | None, int | None, bool]
 
 
 def limits_of(evidence: Mapping[str, Any]) -> Limits:
-    """The quota and capacity an admission decision was measured against."""
-    return evidence.get("quota"), evidence.get("capacity")
+    """The quota and capacity an admission decision was measured against, and whether the
+    nodes held back a replica those would allow."""
+    return evidence.get("quota"), evidence.get("capacity"), "pods_needed" in evidence
 
 
 class Authority(StrEnum):
@@ -140,7 +141,7 @@ class Deployment(Aggregate):
     admission_phase: AdmissionPhase
     admission_reason: AdmissionReason | None
     granted_devices: int  # what the last admission granted
-    admission_limits: Limits = (None, None)  # the quota and capacity it was measured against
+    admission_limits: Limits = (None, None, False)  # what it was measured against
     generation: int
     authority: Authority
     enabled: bool
@@ -307,8 +308,8 @@ class Deployment(Aggregate):
             self.admission_phase,
             self.admission_reason,
             self.granted_devices,
-        ) and (reason is None or not admitted or limits_of(evidence) == self.admission_limits):
-            return  # nothing new: a grant in part is told again when its limits moved
+        ) and (reason not in PARTIAL or limits_of(evidence) == self.admission_limits):
+            return  # nothing new: one waiting in part or whole is told again when its limits moved
         if phase is not self.admission_phase:
             self._check_transition(phase)
         self._record(

@@ -562,7 +562,10 @@ def test_when_a_cluster_shrinks_below_a_quota_blocker_the_project_queue_moves_on
     fleet.deployment("a", 2)
     fleet.deployment("b", 1, per=2, cluster="west")  # short of quota, and could get it
     fleet.deployment("c", 1)  # fits the quota left, but b came first
-    assert verdict(fleet.inventory("west", 1)) == [("c", True, 1, None)]  # b can never fit
+    assert verdict(fleet.inventory("west", 1)) == [
+        ("b", False, 0, "insufficient_quota"),  # told again: its capacity is now 1
+        ("c", True, 1, None),  # b can never fit
+    ]
 
 
 def test_when_a_blocker_grows_beyond_its_cluster_those_behind_it_move_on() -> None:

@@ -257,6 +257,19 @@ def test_a_disaggregated_workload_placed_by_the_ledger_counts_its_workers_pods()
     assert verdict(decided) == [("a--east", True, 8, None)]
 
 
+def test_a_replica_the_nodes_hold_back_is_granted_when_a_pod_ends_inside_its_grant() -> None:
+    fleet = Nodes()
+    fleet.nodes("east", 2, 3)
+    fleet.create("a", 1, 1)
+    pod, _ = fleet.pod("a", "n1", 1)  # n1 has 1 free, n2 3
+    fleet.create("b", 1, 2)  # granted, not started: its pod counted on n2
+    [held_back] = fleet.create("c", 2, 2)  # the sums allow one replica; no node holds its pod
+    assert verdict([held_back]) == [("c", False, 0, CAPACITY)]
+    assert held_back.evidence["pods_fitting"] == 0
+    # a's pod ends, its grant stands: b's pod now counts on n1, and n2 holds one of c's
+    assert verdict(fleet.event("ReplicaTerminated", pod)) == [("c", True, 2, CAPACITY)]
+
+
 def test_disaggregated_workers_wider_than_a_node_span_several() -> None:
     """Prefill and decode of 8 devices each, on nodes of 4: four pods of 4."""
     fleet = Nodes()

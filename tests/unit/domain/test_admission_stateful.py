@@ -177,9 +177,13 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert devices + by_project <= quota, (devices, by_project, quota)
         pod = self.pod(grown)
         assert pod is not None, "a worker that fits no node was admitted"
-        free = self.free_on_nodes(grown.cluster_id, others)
+        free = self.live_free(grown.cluster_id)
+        others_pods = self.unstarted(grown.cluster_id, others)
         new = pods(devices - self.allocated(grown), pod)
-        assert not pack(free, new), (devices, pod, free)
+        every = {size: others_pods.get(size, 0) + new.get(size, 0) for size in {*others_pods, *new}}
+        # the pods the cluster may still start, the new ones among them, all fit the nodes
+        # (first fit, largest first), or no fewer of them than fitted before
+        assert pack(list(free), every) <= pack(list(free), others_pods), (devices, pod, free)
 
     def sizes(self, cluster_id: str) -> list[int]:
         """The nodes' devices, whatever holds them: what pod sizes follow."""
@@ -196,11 +200,10 @@ class AdmissionMachine(RuleBasedStateMachine):
         n = nodes_per_worker(worker, self.sizes(d.cluster_id))
         return None if n is None else worker // n
 
-    def free_on_nodes(self, cluster_id: str, others: list[Deployment]) -> list[int]:
-        """Per node, in id order: its devices less the live pods there and the pods the others
-        may still start (first fit, largest first; those that fit nowhere left out)."""
+    def live_free(self, cluster_id: str) -> list[int]:
+        """Per node, in id order: its devices less the live pods there."""
         live = [r for r in self.replicas if not r.terminated]
-        free = [
+        return [
             max(
                 n.usable
                 - sum(
@@ -212,14 +215,16 @@ class AdmissionMachine(RuleBasedStateMachine):
             )
             for n in self.clusters[cluster_id].nodes
         ]
+
+    def unstarted(self, cluster_id: str, others: list[Deployment]) -> dict[int, int]:
+        """The pods (size -> count) the others may still start on the cluster."""
         wanted: dict[int, int] = {}
         for d in others:
             pod = self.pod(d)
             if d.cluster_id == cluster_id and pod is not None:
                 for size, count in pods(self.held(d) - self.allocated(d), pod).items():
                     wanted[size] = wanted.get(size, 0) + count
-        pack(free, wanted)
-        return free
+        return wanted
 
     def cluster_of(self, r: Replica) -> str:
         return next(d.cluster_id for d in self.deployments if d.key == r.deployment_id)
@@ -489,7 +494,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         per = self.pod(d)
         if per is None or self.allocated(d) + per > d.granted_devices:
             return
-        free = self.free_on_nodes(d.cluster_id, [])
+        free = self.live_free(d.cluster_id)
         node = next((k for k, f in enumerate(free) if f >= per), None)
         if node is None:
             return

@@ -111,7 +111,7 @@ def test_a_grant_in_part_is_told_again_when_its_quota_or_capacity_moves() -> Non
             plane(), admitted=True, reason=quota, evidence={"quota": limit}, devices=4
         )
     assert recorded(d) == ["AdmissionDecided", "AdmissionDecided"]
-    assert d.admission_limits == (2, None)
+    assert d.admission_limits == (2, None, False)
 
 
 def test_a_failed_deployment_only_goes_back_to_pending() -> None:
