@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -1032,7 +1033,8 @@ class Ledger:
             return None if unclaimed is None or cluster in stopped else fit(cluster, unclaimed)
 
         if w.preferences.given:
-            candidates = self.candidates(w, exclude=stopped)
+            growth = max(w.replicas - sum(current.values()), 0)
+            candidates = self.candidates(w, exclude=stopped, enough=growth)
             new = preferred_shares(
                 w.replicas, w.per_replica, current, candidates, w.preferences.strategy
             )
@@ -1135,18 +1137,38 @@ class Ledger:
 
     # -- what moves see --------------------------------------------------------------------
 
-    def candidates(self, w: Planned, exclude: Container[str]) -> list[tuple[str, int]]:
+    def candidates(self, w: Planned, exclude: Container[str], enough: int) -> list[tuple[str, int]]:
         """(cluster, room in devices) the workload may go to, most preferred first: reachable,
-        allowed, matching its selector, its workers fitting the nodes."""
-        found = []
+        allowed, matching its selector, its workers fitting the nodes. Its preferred clusters
+        and those it is on are always there; of the others, read most free first, only until
+        `enough` have room for a replica (as many as replicas are to be placed: no more can
+        take one) or one has not, so that a large fleet is not read for each placement."""
+        known: dict[str, int] = {}  # cluster -> free devices, unclaimed
+        for cluster in (*w.preferences.preferred_clusters, *w.deployments):
+            free = self.room.free(cluster, w.device_class)
+            if free is not None and (w.allowed is None or cluster in w.allowed):
+                known[cluster] = free
+        found: list[tuple[str, int, int]] = []  # (cluster, room, free)
+        seen: set[str] = set()
+        more = 0  # read from the index, with room for a replica
         with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            for cluster, free in most:
+            for cluster, free in itertools.chain(known.items(), most):
+                read = cluster not in known
+                if read and more >= enough:
+                    break
+                if cluster in seen:
+                    continue
+                seen.add(cluster)
                 if cluster in exclude or not w.preferences.matches(self.labels.get(cluster, {})):
                     continue
                 counted = self._room_for(w, cluster, free)
                 if counted is not None:
-                    found.append((cluster, counted))
-        return w.preferences.order(found)
+                    more += read and counted >= w.per_replica
+                    found.append((cluster, counted, free))
+                if read and free < w.per_replica:
+                    break  # none after it has room for a replica either
+        found.sort(key=lambda t: (-t[2], t[0]))  # most free first, as the index reads them
+        return w.preferences.order([(c, r) for c, r, _ in found])
 
     def room_anywhere(self, w: Planned) -> bool:
         """Whether any candidate has free devices for one replica of the workload."""

@@ -56,6 +56,23 @@ class Moves:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
+        # per device class, the smallest replica no candidate had room for in this look: none
+        # of that size or larger is looked for again in it (room a move leaves behind is
+        # seen by the next look)
+        self.no_room: dict[str, int] = {}
+
+    def room_anywhere(self, w: Planned) -> bool:
+        """Whether some candidate has room for one of its replicas."""
+        if w.allowed is None and w.per_replica >= self.no_room.get(
+            w.device_class, w.per_replica + 1
+        ):
+            return False
+        if self.ledger.room_anywhere(w):
+            return True
+        if w.allowed is None:
+            smallest = self.no_room.get(w.device_class, w.per_replica)
+            self.no_room[w.device_class] = min(smallest, w.per_replica)
+        return False
 
     def waiting_too_long(self, since: datetime) -> Iterable[Placement]:
         """Replicas waiting for capacity (or on an unreachable cluster) since before `since`:
@@ -91,9 +108,10 @@ class Moves:
         w = ledger.workloads.get(workload_id)
         if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
             return
-        if not ledger.room_anywhere(w):
+        if not self.room_anywhere(w):
             return  # no candidate has room for one replica: none is looked at
-        for target, free in ledger.candidates(w, exclude={slot.cluster, *ledger.held_off(w)}):
+        exclude = {slot.cluster, *ledger.held_off(w)}
+        for target, free in ledger.candidates(w, exclude, enough=replicas):
             take = min(replicas, free // w.per_replica)
             if take > 0:
                 yield self.move(workload_id, w, slot.cluster, target, take, reason)
@@ -119,7 +137,7 @@ class Moves:
         cap = int(max_fraction * sum(current.values()))
         if cap <= 0:
             return None
-        rooms = dict(ledger.candidates(w, exclude=set()))
+        rooms = dict(ledger.candidates(w, exclude=set(), enough=w.replicas))
         ideal = self.ideal(w, rooms)
         order = list(rooms)
         surplus = [c for c in current if c not in rooms and current[c]] + [
