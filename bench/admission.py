@@ -9,10 +9,20 @@ wait. Then the same mix of churn events is applied to each ledger, exactly as th
 applies them: fold the event, decide for whoever it concerns, then place every workload it
 asks for and decide for the deployments that placement touched, recording each decision.
 
-The mix: workloads scaled (placement re-divides them) and rolled out to a new serving
+The mix: workloads scaled (placement re-divides them; growth past a quota, which covers only
+nine tenths of what is wanted, is granted in part) and rolled out to a new serving
 configuration; replicas started and terminated; inventory re-reports; quota changes; clusters
 becoming unreachable and reachable again. Workloads are created in the build only: creating
-more during the churn would grow the small fleet many times over, not keep it steady.
+more during the churn would grow the small fleet many times over, not keep it steady. One
+workload in ten has placement preferences (two preferred clusters, spread).
+
+Time passes as in a fleet where each workload sees one event every ten minutes, so a larger
+fleet has more events per second; the events carry that time. Every 30 s of it (the
+scheduler's longest wait between looks, `services/hub/scheduler.py`) the moves due are looked
+for and made as the scheduler makes them (`domain/moves.py`, default rules): shares waiting for
+capacity longer than 5 minutes, shares on clusters unreachable longer than 10 minutes, and
+rebalancing toward preferences. Their cost is counted in the events' cost, as it is in the
+scheduler's; the longest look is printed too.
 
 Each fleet first takes three churn events per workload, so both are measured in their steady
 state (workloads spread, replicas running, rollouts under way, some deployments waiting) rather
@@ -44,11 +54,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from datetime import UTC, datetime, timedelta
+
 from wingsmith.domain.admission import Ledger, Slot
+from wingsmith.domain.moves import MoveRules, due
 
 DEVICES_PER_CLUSTER = 16  # at one device per replica; times the devices per replica
 PER_REPLICA = [1]  # devices per replica (--devices-per-replica)
 FLEETS = ((100, 1_000, 10), (10_000, 100_000, 1_000))  # clusters, workloads, projects
+EVENT_EVERY = 600.0  # seconds between two events of one workload, on average
+LOOK_EVERY = timedelta(seconds=30)  # between two looks for the moves due
+RULES = MoveRules()  # the defaults: 5 min waiting for capacity, 10 min lost, 1/4 a move
+START = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 class Fleet:
@@ -61,7 +78,12 @@ class Fleet:
         self.clusters, self.projects = clusters, projects
         self.replicas: list[tuple[str, str]] = []  # (replica id, deployment id)
         self.decisions = self.placements = self.partial = 0  # partial: granted in part
+        self.moves: dict[str, int] = {}  # moves made, by reason
+        self.longest_look = 0.0  # seconds
         self.unreachable: set[int] = set()
+        self.tick = timedelta(seconds=EVENT_EVERY / workloads)
+        self.now, self.looked = START, START
+        self.stamp = START.isoformat()
         for c in range(clusters):  # its operator speaks first: placement chooses it then
             self.event("OperatorConnected", f"c{c}", operator={})
             self.inventory(c)
@@ -79,12 +101,29 @@ class Fleet:
 
     def event(self, event_type: str, aggregate_id: str, **e: Any) -> None:
         self.position += 1
+        e["timestamp"] = self.stamp
         candidates = self.ledger.apply(self.position, event_type, aggregate_id, e)
         self.decide(candidates)
         while (placement := self.ledger.next_placement()) is not None:
             self.placements += 1
             self.own_events(len(placement.shares))
             self.decide(self.ledger.record_placement(placement))
+
+    def pass_time(self) -> None:
+        """One event's time passes; when a look is due, the moves due are made."""
+        self.now += self.tick
+        self.stamp = self.now.isoformat()
+        if self.now - self.looked < LOOK_EVERY:
+            return
+        self.looked = self.now
+        started = time.perf_counter()
+        for placement, deployments in due(self.ledger, self.now, RULES):
+            assert placement.move is not None
+            reason = placement.move.reason
+            self.moves[reason] = self.moves.get(reason, 0) + 1
+            self.own_events(len(placement.shares) + 1)  # the shares, and WorkloadMoved
+            self.decide(deployments)
+        self.longest_look = max(self.longest_look, time.perf_counter() - started)
 
     def decide(self, candidates: list[str]) -> None:
         for decision in self.ledger.decide_all(candidates):
@@ -121,7 +160,14 @@ class Fleet:
             serving_digest="d1",
             replicas=self.rng.randint(1, 2),
             cluster_pin=None,
+            preferences=self.preferences(),
         )
+
+    def preferences(self) -> dict[str, Any] | None:
+        if self.rng.random() >= 0.1:
+            return None
+        preferred = [f"c{self.rng.randrange(self.clusters)}" for _ in range(2)]
+        return {"preferred_clusters": list(dict.fromkeys(preferred)), "strategy": "spread"}
 
     def roll_out(self, workload: str) -> None:
         """A new serving configuration on the workload and each of its deployments."""
@@ -133,7 +179,8 @@ class Fleet:
             self.event("ServingConfigChanged", deployment, serving=serving, serving_digest=digest)
 
     def churn(self) -> None:
-        """One event of the mix."""
+        """One event of the mix, after its time passed."""
+        self.pass_time()
         roll = self.rng.random()
         workload = self.rng.choice(self.workloads)
         planned = self.ledger.workloads[workload]
@@ -155,6 +202,8 @@ class Fleet:
                     node_id=f"{slot.cluster}-n{len(self.replicas) % 2}",
                     serving_digest=slot.digest,
                 )
+                if slot.phase == "admitted" and slot.allocated >= slot.granted:
+                    self.event("DeploymentRunning", deployment)  # as its operator reports
         elif roll < 0.72 and self.replicas:
             i = self.rng.randrange(len(self.replicas))
             self.replicas[i], self.replicas[-1] = self.replicas[-1], self.replicas[i]
@@ -205,13 +254,14 @@ def main() -> None:
         best = spent / (workloads * copies)
         costs.append(best)
         waiting = sum(len(q) for q in fleet.ledger.waiting_in.values())
+        moved = ", ".join(f"{n:,} {reason}" for reason, n in sorted(fleet.moves.items()))
         print(
             f"{clusters:>6,} clusters {workloads:>7,} workloads x {copies:>3}: built and warmed "
             f"in {built:.1f} s; in the last fleet {len(fleet.deployments):,} deployments, "
             f"{waiting:,} waiting, {fleet.placements:,} placements, {fleet.decisions:,} "
-            f"decisions ({fleet.partial:,} granting in part); {best * 1e6:6.2f} µs per event "
-            f"(best of {args.rounds} rounds, "
-            f"{workloads * copies:,} events)"
+            f"decisions ({fleet.partial:,} granting in part), moves {moved}, longest look for "
+            f"moves {fleet.longest_look * 1e3:.1f} ms; {best * 1e6:6.2f} µs per event "
+            f"(best of {args.rounds} rounds, {workloads * copies:,} events)"
         )
     print(f"admission_cost_ratio={costs[-1] / costs[0]:.3f}")
 
