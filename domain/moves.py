@@ -13,6 +13,7 @@ disabled takes no moved replicas, and its workload is not rebalanced.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,23 +57,18 @@ class Moves:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        # per device class, the smallest replica no candidate had room for in this look: none
-        # of that size or larger is looked for again in it (room a move leaves behind is
-        # seen by the next look)
-        self.no_room: dict[str, int] = {}
+        # per device class, the most free devices any candidate had when this look began: a
+        # replica larger than that has nowhere to go in it (room a move leaves behind is seen
+        # by the next look), and is passed over before its workload is read
+        self.most_free: dict[str, int] = {}
 
-    def room_anywhere(self, w: Planned) -> bool:
-        """Whether some candidate has room for one of its replicas."""
-        if w.allowed is None and w.per_replica >= self.no_room.get(
-            w.device_class, w.per_replica + 1
-        ):
-            return False
-        if self.ledger.room_anywhere(w):
-            return True
-        if w.allowed is None:
-            smallest = self.no_room.get(w.device_class, w.per_replica)
-            self.no_room[w.device_class] = min(smallest, w.per_replica)
-        return False
+    def could_go_anywhere(self, slot: Slot) -> bool:
+        most = self.most_free.get(slot.device_class)
+        if most is None:
+            with contextlib.closing(self.ledger.room.most_free(slot.device_class)) as found:
+                top = next(found, None)
+            most = self.most_free[slot.device_class] = 0 if top is None else top[1]
+        return slot.per_replica <= most
 
     def waiting_too_long(self, since: datetime) -> Iterable[Placement]:
         """Replicas waiting for capacity (or on an unreachable cluster) since before `since`:
@@ -103,12 +99,14 @@ class Moves:
     def move_away(self, slot: Slot, replicas: int, reason: MoveReason) -> Iterable[Placement]:
         """Moves of up to `replicas` of a share to the workload's other candidates with room,
         most preferred (or most room) first."""
+        if not self.could_go_anywhere(slot):
+            return
         ledger = self.ledger
         workload_id = slot.workload or ""
         w = ledger.workloads.get(workload_id)
         if w is None or w.pinned or w.deployments.get(slot.cluster) is None:
             return
-        if not self.room_anywhere(w):
+        if not ledger.room_anywhere(w):
             return  # no candidate has room for one replica: none is looked at
         exclude = {slot.cluster, *ledger.held_off(w)}
         for target, free in ledger.candidates(w, exclude, enough=replicas):
