@@ -30,8 +30,10 @@ than fresh. A round then times one churn event per workload: both sizes are meas
 lived through the same churn per workload (a fleet churned for longer spreads its workloads over
 more clusters, which changes the mix). So that the small fleet is timed over as many events as
 the large one, a hundred small fleets (different seeds) are measured one after the other, each
-alone in memory, and their best rounds added up. The baseline is the smallest fleet, so the
-ratio says how much more an event costs when the fleet is a hundred times larger.
+alone in memory, and their times in each round added up: a round is then 100,000 events at
+either size, and the best round counts at either. The baseline is the smallest fleet, so the
+ratio says how much more an event costs when the fleet is a hundred times larger. The garbage
+collector runs with the hub's thresholds (`services/cli/hub.py`), as the scheduler does.
 
     python bench/admission.py [--rounds 3] [--devices-per-replica 4]
 
@@ -58,6 +60,7 @@ from datetime import UTC, datetime, timedelta
 
 from wingsmith.domain.admission import Ledger, Slot
 from wingsmith.domain.moves import MoveRules, due
+from wingsmith.services.cli.hub import GC_THRESHOLDS
 
 DEVICES_PER_CLUSTER = 16  # at one device per replica; times the devices per replica
 PER_REPLICA = [1]  # devices per replica (--devices-per-replica)
@@ -238,10 +241,12 @@ def main() -> None:
     parser.add_argument("--devices-per-replica", type=int, default=1)
     args = parser.parse_args()
     PER_REPLICA[0] = args.devices_per_replica
+    gc.set_threshold(*GC_THRESHOLDS)
     costs = []
     for clusters, workloads, projects in FLEETS:
         copies = FLEETS[-1][1] // workloads  # as many small fleets as make one large one
-        built = spent = 0.0
+        built = 0.0
+        rounds = [0.0] * args.rounds  # each round's time, over every copy
         for seed in range(copies):  # one at a time: each small fleet alone in memory
             started = time.perf_counter()
             fleet = Fleet(clusters, workloads, projects, seed=seed)
@@ -250,8 +255,9 @@ def main() -> None:
             built += time.perf_counter() - started
             # a round: one churn event per workload, so both sizes are measured having lived
             # through the same churn per workload
-            spent += min(timed(fleet, workloads) for _ in range(args.rounds))
-        best = spent / (workloads * copies)
+            for r in range(args.rounds):
+                rounds[r] += timed(fleet, workloads)
+        best = min(rounds) / (workloads * copies)
         costs.append(best)
         waiting = sum(len(q) for q in fleet.ledger.waiting_in.values())
         moved = ", ".join(f"{n:,} {reason}" for reason, n in sorted(fleet.moves.items()))

@@ -31,6 +31,12 @@ from wingsmith.services.operator.backends.simulated import (
     simulated_operators,
 )
 
+# The hub keeps many long-lived objects (aggregate cache, recent receipts, the scheduler's
+# ledger); with CPython's default thresholds full collections traverse them every few thousand
+# commands, which showed as 100-200 ms stalls at p99 in bench/ingest.py. Collect young objects
+# less often. bench/admission.py runs the ledger under the same thresholds.
+GC_THRESHOLDS = (50_000, 20, 20)
+
 
 def up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -54,10 +60,7 @@ def up(parser: argparse.ArgumentParser) -> None:
 
 
 async def _up(args: argparse.Namespace) -> int:
-    # The hub keeps many long-lived objects (aggregate cache, recent receipts); with CPython's
-    # default thresholds full collections traverse them every few thousand commands, which
-    # showed as 100-200 ms stalls at p99 in bench/ingest.py. Collect young objects less often.
-    gc.set_threshold(50_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
     settings = Settings.from_env()
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
