@@ -28,6 +28,7 @@ from wingsmith.services.hub.ingest import Buckets, RateLimit, ingest
 from wingsmith.services.hub.janitor import hub_janitor
 from wingsmith.services.hub.liveness import Liveness
 from wingsmith.services.hub.monitor import HealthMonitor, Stages
+from wingsmith.services.hub.owner import owning
 from wingsmith.services.hub.projector import Projector
 from wingsmith.services.hub.relay import Relay
 from wingsmith.services.hub.scheduler import Scheduler
@@ -76,7 +77,8 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
     """Serve commands until the block ends; then stop intake, answer what was queued, let the
     relay publish what was committed, and close."""
     async with contextlib.AsyncExitStack() as stack:
-        store = await open_writable_store(settings)  # first: nothing else starts without it
+        stack.enter_context(owning(settings.data_dir))  # before anything there is touched
+        store = await open_writable_store(settings)  # nothing else starts without it
         stack.push_async_callback(store.close)
         url = await stack.enter_async_context(embedded_or_given_nats(settings))
         nc = await connect(settings, "wingsmith-hub", url)

@@ -165,6 +165,40 @@ def test_sigterm_shuts_down_cleanly(hub: subprocess.Popen[str], env: dict[str, s
         pass  # the embedded nats-server went down with the hub
 
 
+def test_a_second_hub_on_the_same_data_directory_is_refused(
+    hub: subprocess.Popen[str], env: dict[str, str]
+) -> None:
+    data = Path(env["WINGSMITH_DATA_DIR"])
+    deadline = time.monotonic() + 30
+    while not (data / "api.url").exists():  # the API starts after the hub says it is ready
+        assert time.monotonic() < deadline, "api.url never written"
+        time.sleep(0.05)
+    urls = {name: (data / name).read_text() for name in ("nats.url", "api.url")}
+    second = subprocess.run([*WINGSMITH, "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2
+    assert f"data directory {data} is in use by another wingsmith hub (pid {hub.pid})" in (
+        second.stderr
+    )
+    assert "WINGSMITH_DATA_DIR" in second.stderr
+    # the first one's files are as they were, and it still answers
+    assert {name: (data / name).read_text() for name in urls} == urls
+    done = wingsmith(env, "cmd", "cluster.register", '{"cluster_id": "east"}')
+    assert done.returncode == 0, done.stderr
+    # once it has stopped, the directory is free again
+    hub.terminate()
+    assert hub.wait(30) == 0
+    again = subprocess.Popen(
+        [*WINGSMITH, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert again.stdout is not None
+        line = again.stdout.readline()
+        assert "wingsmith hub ready" in line, line
+    finally:
+        again.terminate()
+        again.wait(30)
+
+
 def test_schema_lists_every_command(env: dict[str, str]) -> None:
     done = wingsmith(env, "schema")
     schemas = json.loads(done.stdout)

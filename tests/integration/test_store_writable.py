@@ -18,6 +18,7 @@ import pytest
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, NotWritable, store_env
 from wingsmith.services.config import Settings
+from wingsmith.services.hub.owner import DataDirUnusable
 from wingsmith.services.hub.wiring import running_hub
 
 
@@ -68,15 +69,15 @@ def test_a_read_only_store_file_stops_wingsmith_up_with_a_clear_message(
     assert "Traceback" not in up.stderr
 
 
-async def test_a_read_only_store_directory_stops_the_hub(
+async def test_a_read_only_data_directory_stops_the_hub(
     nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "hub"
     data_dir.mkdir()
     settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=data_dir)
-    with read_only(data_dir), pytest.raises(NotWritable, match="cannot open the event store"):
+    with read_only(data_dir), pytest.raises(DataDirUnusable, match="cannot be written"):
         async with running_hub(settings):
-            pytest.fail("the hub started on a store it cannot create")
+            pytest.fail("the hub started in a directory it cannot write")
 
 
 def test_the_write_probe_passes_on_a_writable_store(store_url: str) -> None:
