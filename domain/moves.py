@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from wingsmith.domain.admission import CAPACITY, Ledger, Placement, Planned, Slot
+from wingsmith.domain.admission import CAPACITY, QUOTA, Ledger, Placement, Planned, Slot
 from wingsmith.domain.deployment import AdmissionPhase
 from wingsmith.domain.placement import Move, preferred_shares
 from wingsmith.domain.workload import MoveReason
-
-Made = list[tuple[Placement, list[str]]]  # each move, and the deployments to decide for after
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +32,19 @@ class MoveRules:
     max_fraction: float = 0.25  # of a workload's replicas one rebalancing move may take
 
 
-def due(ledger: Ledger, now: datetime, rules: MoveRules) -> Made:
+def due(ledger: Ledger, now: datetime, rules: MoveRules) -> Iterator[tuple[Placement, list[str]]]:
     """The moves due at `now`, each recorded in the ledger (`record_placement`) before the next
     is looked for; with the deployments to decide for once the hub has made it. Shares waiting
-    too long first, then those on lost clusters, then rebalancing."""
+    too long first, then those on lost clusters, then rebalancing. Lazily: a move yielded is
+    recorded, so one that raises while the next is looked for leaves those before it to make."""
     moves = Moves(ledger)
-    found = itertools.chain(  # lazily: each is looked for after the one before is recorded
+    found = itertools.chain(
         moves.waiting_too_long(now - rules.move_after),
         moves.on_lost_clusters(now - rules.lost_after),
         moves.rebalancing(rules.max_fraction),
     )
-    return [(placement, ledger.record_placement(placement)) for placement in found]
+    for placement in found:
+        yield placement, ledger.record_placement(placement)
 
 
 def before(at: str | None, moment: datetime) -> bool:
@@ -80,7 +80,8 @@ class Moves:
                 slot = ledger.deployments[deployment_id]
                 if not before(slot.waiting_at, since):
                     break
-                stuck = slot.reason == CAPACITY or not ledger.reachable.get(cluster, True)
+                unreachable = not ledger.reachable.get(cluster, True)
+                stuck = slot.reason == CAPACITY or (unreachable and slot.reason != QUOTA)
                 waiting = waiting_replicas(slot)
                 if stuck and waiting:
                     yield from self.move_away(slot, waiting, MoveReason.PENDING_TOO_LONG)

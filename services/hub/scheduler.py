@@ -104,7 +104,6 @@ class Scheduler:
         self._dead_letters = dead_letters
         self.move_rules, self._clock = move_rules, clock
         self._looked = clock()  # when moves were last looked for
-        self.moves_made = 0
         self._aside: list[tuple[str, str, bytes, str]] = []  # (reason, subject, data, msg_id)
         self.ledger = Ledger()
         # everything up to here is folded and decided for (health reads it)
@@ -298,8 +297,7 @@ class Scheduler:
 
     def _look_every(self) -> float:
         rules = self.move_rules
-        if rules is None:
-            return LOOK_BOUNDS[1]
+        assert rules is not None  # looked for only with rules
         shortest = min(rules.move_after, rules.lost_after).total_seconds()
         return min(max(shortest / LOOKS_PER_DELAY, LOOK_BOUNDS[0]), LOOK_BOUNDS[1])
 
@@ -308,11 +306,11 @@ class Scheduler:
         if self.move_rules is None or self._clock() - self._looked < self._look_every():
             return []
         self._looked = self._clock()
-        try:
-            made = moves.due(self.ledger, datetime.now(UTC), self.move_rules)
+        made: list[tuple[Placement, list[str]]] = []
+        try:  # each move is recorded in the ledger as it is found: those found are made
+            made.extend(moves.due(self.ledger, datetime.now(UTC), self.move_rules))
         except Exception as e:
             self._undecidable("moves", e)
-            return []
         for placement, _ in made:
             assert placement.move is not None
             log.info(
@@ -355,7 +353,6 @@ class Scheduler:
         for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
             if self._ran(command, reply):
                 self.placements += 1
-                self.moves_made += placement.move is not None
             else:  # tried again after the next events (see `_wait`)
                 self._retry.add(placement.workload_id)
                 decide = self.ledger.undo_placement(placement)

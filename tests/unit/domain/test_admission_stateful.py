@@ -181,9 +181,12 @@ class AdmissionMachine(RuleBasedStateMachine):
         others_pods = self.unstarted(grown.cluster_id, others)
         new = pods(devices - self.allocated(grown), pod)
         every = {size: others_pods.get(size, 0) + new.get(size, 0) for size in {*others_pods, *new}}
-        # the pods the cluster may still start, the new ones among them, all fit the nodes
-        # (first fit, largest first), or no fewer of them than fitted before
-        assert pack(list(free), every) <= pack(list(free), others_pods), (devices, pod, free)
+        # the pods the cluster may still start, the new ones among them, all fit the nodes, or
+        # no fewer of them than fitted before: in some packing, all first fit largest first,
+        # or the others' first and then the new ones (neither finds every packing alone)
+        in_turn = list(free)
+        unfit = min(pack(list(free), every), pack(in_turn, others_pods) + pack(in_turn, new))
+        assert unfit <= pack(list(free), others_pods), (devices, pod, free)
 
     def sizes(self, cluster_id: str) -> list[int]:
         """The nodes' devices, whatever holds them: what pod sizes follow."""
@@ -249,7 +252,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         """The scheduler's timer: the moves due now, each made through the hub's handler (the
         ledger recorded it), then admission for what they changed. How many were made."""
         self.flush()
-        made = due(self.ledger, datetime.now(UTC) + self.later, RULES)
+        made = list(due(self.ledger, datetime.now(UTC) + self.later, RULES))
         touched: list[str] = []
         for p, decide in made:  # sent together, as the scheduler does; decided for after
             assert p.move is not None

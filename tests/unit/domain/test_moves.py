@@ -41,7 +41,7 @@ class Clocked(Fleet):
         self.now += timedelta(seconds=seconds)
 
     def moves(self, rules: MoveRules = RULES) -> list[Move]:
-        made = due(self.ledger, self.now, rules)
+        made = list(due(self.ledger, self.now, rules))
         for placement, decide in made:
             self.moved.append(placement)
             self.decide(decide)
@@ -218,6 +218,18 @@ def test_a_share_waiting_for_quota_does_not_move() -> None:
     assert fleet.moves() == []  # another cluster has no more quota to give
 
 
+def test_a_share_waiting_for_quota_on_an_unreachable_cluster_does_not_move() -> None:
+    fleet = Clocked()
+    fleet.cluster("east", 4)
+    fleet.cluster("west", 4)
+    fleet.quota("p", 1)
+    fleet.workload("chat", 3)
+    assert fleet.shares("chat") == {"east": 3}
+    fleet.event("ClusterUnreachable", "east")
+    fleet.later(300)  # waited past the delay, not yet lost
+    assert fleet.moves() == []  # the quota it waits for is the same on any cluster
+
+
 # -- a lost cluster --------------------------------------------------------------------------
 
 
@@ -250,6 +262,19 @@ def test_a_lost_clusters_shares_move_after_its_grace_and_its_deployment_is_disab
     assert ("chat--west", True, 2, None) in verdict(fleet.decided)
     fleet.later(600)
     assert fleet.moves() == []  # moved once
+
+
+def test_a_look_that_fails_part_way_keeps_the_moves_found_before() -> None:
+    fleet = lost()
+    members = fleet.ledger.members[("east", next(iter(fleet.ledger.classes["east"])))]
+    members["ghost--east"] = None  # a member the ledger has no deployment for: reading it fails
+    fleet.later(600)
+    found = due(fleet.ledger, fleet.now, RULES)
+    placement, _ = next(found)
+    assert placement.move == Move("east", "west", 2, "cluster_lost")
+    with pytest.raises(KeyError, match="ghost--east"):
+        next(found)
+    assert fleet.shares("chat") == {"east": 0, "west": 2}  # recorded: the scheduler makes it
 
 
 def test_when_the_lost_cluster_returns_its_operator_takes_the_old_replicas_down() -> None:
