@@ -181,7 +181,10 @@ def _quota(h: v.DeploymentHealthView, e: Mapping[str, int]) -> Why:
 
 def _scale_to(h: v.DeploymentHealthView, granted: int) -> list[str]:
     fits = _replicas(granted, h["devices_per_replica"])
-    return [f"or scale workload {h['workload_id']} so this deployment wants {fits} replicas"]
+    # by its id: a later incarnation's id is not its name, and the view does not carry the name
+    return [
+        f"or scale its workload (id {h['workload_id']}) so this deployment wants {fits} replicas"
+    ]
 
 
 def _capacity(h: v.DeploymentHealthView, e: Mapping[str, int], around: Around) -> Why:

@@ -22,7 +22,7 @@ from wingsmith.domain.base import (
 from wingsmith.domain.placement import Preferences
 from wingsmith.domain.values import ServingConfig
 
-MOVES_KEPT = 20  # the last moves a workload remembers (its view shows them)
+MOVES_KEPT = 20  # the last moves the workloads view shows
 
 
 class MoveReason(StrEnum):
@@ -57,7 +57,6 @@ class Workload(Aggregate):
     unplaced_reason: PlacementReason | None  # ... as a reason
     deleted: bool
     preferences: Preferences
-    moves: tuple[dict[str, Any], ...]  # the last MOVES_KEPT moves, oldest first
 
     @classmethod
     def create(
@@ -78,7 +77,7 @@ class Workload(Aggregate):
     ) -> Workload:
         _check_replicas(replicas)
         if preferences is not None and preferences.given:
-            _check_preferences(cluster_pin, preferences)
+            _check_preferences(cluster_pin)
         if cluster_pin is not None and allowed_clusters is not None:
             raise InvalidValue(
                 "a pinned workload has no allow-list: give cluster or clusters, not both",
@@ -107,7 +106,7 @@ class Workload(Aggregate):
         """Where placement should rather put the workload's replicas from now on. Nothing
         moves at once: new replicas follow them, and rebalancing moves the rest as room allows."""
         self.check_not_deleted()
-        _check_preferences(self.cluster_pin, preferences)
+        _check_preferences(self.cluster_pin)
         if preferences != self.preferences:
             self._record(PlacementPreferencesChanged, cause, preferences=preferences)
 
@@ -178,7 +177,7 @@ class Workload(Aggregate):
             raise NotFound(f"workload {self.name!r} was deleted", field="workload_id")
 
 
-def _check_preferences(cluster_pin: str | None, preferences: Preferences) -> None:
+def _check_preferences(cluster_pin: str | None) -> None:
     if cluster_pin is not None:
         raise InvalidValue(
             "a pinned workload has no placement preferences: it runs on its pin",
@@ -222,7 +221,6 @@ class WorkloadCreated(Created):
         workload.unplaced_reason = None
         workload.deleted = False
         workload.preferences = self.preferences or Preferences()
-        workload.moves = ()
 
 
 class WorkloadScaled(Event):
@@ -275,14 +273,8 @@ class WorkloadMoved(Event):
     reason: MoveReason
 
     def apply(self, workload: Any) -> None:
-        move = {
-            "from_cluster": self.from_cluster,
-            "to_cluster": self.to_cluster,
-            "replicas": self.replicas,
-            "reason": self.reason.value,
-            "at": self.timestamp.isoformat(),
-        }
-        workload.moves = (*workload.moves, move)[-MOVES_KEPT:]
+        """The shares' own events change them: this one says why (the workloads view keeps
+        the last MOVES_KEPT)."""
 
 
 class PlacementDeferred(Event):

@@ -35,9 +35,8 @@ def move(repo: Repo, reason: str, **extra: Any) -> dict[str, Any]:
 def test_a_move_off_a_lost_cluster_records_why_and_disables_the_old_deployment() -> None:
     repo = fleet()
     move(repo, "cluster_lost", disable="east")
-    workload = repo.get(Workload, "chat")
-    assert types(workload) == ["WorkloadMoved"]
-    assert workload.moves[-1]["reason"] == "cluster_lost"
+    (moved,) = repo.get(Workload, "chat").collect_events()
+    assert (type(moved).__name__, moved.reason) == ("WorkloadMoved", "cluster_lost")
     east, west = (repo.get(Deployment, k) for k in ("chat--east", "chat--west"))
     assert types(east) == ["DeploymentScaled", "DeploymentDisabled"]  # not deleted
     assert (east.desired_replicas, east.enabled, east.deleted) == (0, False, False)
