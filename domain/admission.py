@@ -323,7 +323,10 @@ class Ledger:
     @handles(ClusterRegistered)
     def _cluster_registered(self, cluster: str, e: E) -> list[str]:
         self.reachable[cluster] = True
-        self.labels[cluster] = dict(e.get("labels") or {})
+        labels = dict(e.get("labels") or {})
+        if labels != self.labels.get(cluster):  # they may match a selector that none did
+            self._place_again(self.classes.get(cluster, ()))
+        self.labels[cluster] = labels
         return []
 
     def reachability(self) -> dict[str, bool]:
@@ -1056,7 +1059,12 @@ class Ledger:
         message = f"none of {where} reports {w.device_class} devices"
         reason = PlacementReason.NO_CLUSTER_HAS_DEVICE_CLASS
         with contextlib.closing(self.room.most_free(w.device_class, among=w.allowed)) as most:
-            if next(most, None) is not None:  # there are some: their nodes are too small
+            first = next(most, None)
+            if first is not None and not self._any_matches(w, itertools.chain([first], most)):
+                reason = PlacementReason.NO_CLUSTER_MATCHES_SELECTOR
+                labels = ", ".join(f"{k}={v}" for k, v in w.preferences.cluster_selector.items())
+                message = f"none of {where} that report {w.device_class} devices has {labels}"
+            elif first is not None:  # there are some: their nodes are too small
                 reason = PlacementReason.NO_NODE_HOLDS_A_POD
                 message = (
                     f"no {w.device_class} node of {where} holds a pod of a {w.per_worker}-device "
@@ -1169,6 +1177,13 @@ class Ledger:
                     break  # none after it has room for a replica either
         found.sort(key=lambda t: (-t[2], t[0]))  # most free first, as the index reads them
         return w.preferences.order([(c, r) for c, r, _ in found])
+
+    def _any_matches(self, w: Planned, clusters: Iterable[tuple[str, int]]) -> bool:
+        """Whether one of the clusters has the labels the workload's selector asks for."""
+        selector = w.preferences.cluster_selector
+        return not selector or any(
+            w.preferences.matches(self.labels.get(c, {})) for c, _ in clusters
+        )
 
     def room_anywhere(self, w: Planned) -> bool:
         """Whether any candidate has free devices for one replica of the workload."""

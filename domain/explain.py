@@ -76,6 +76,12 @@ def explain_unplaced(workload: v.WorkloadView, reported: Collection[str]) -> v.E
             f"join or free a cluster whose {device_class} nodes can hold one of its pods",
             "or give it a smaller worker (less tensor or pipeline parallelism)",
         ]
+    elif reason == PlacementReason.NO_CLUSTER_MATCHES_SELECTOR:
+        unblock = [
+            f"register a cluster with {device_class} devices and the labels its selector asks for",
+            f"or change its selector (`wingsmith workloads prefer {workload['name']} --selector "
+            "…`)",
+        ]
     else:
         constraint, unblock = _no_class(constraint, device_class, reported)
     return {

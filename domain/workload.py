@@ -38,6 +38,7 @@ class PlacementReason(StrEnum):
 
     NO_CLUSTER_HAS_DEVICE_CLASS = "no_cluster_has_device_class"  # none it may use reports it
     NO_NODE_HOLDS_A_POD = "no_node_holds_a_pod"  # some do, but their nodes are too small
+    NO_CLUSTER_MATCHES_SELECTOR = "no_cluster_matches_selector"  # some do, none with its labels
 
 
 class Workload(Aggregate):

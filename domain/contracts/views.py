@@ -239,7 +239,7 @@ class WorkloadView(TypedDict):
     engine_args: list[str]
     deployments: dict[str, str]  # cluster id -> deployment id
     unplaced: str | None
-    unplaced_reason: str | None  # no_cluster_has_device_class, no_node_holds_a_pod
+    unplaced_reason: str | None  # a PlacementReason: no_cluster_has_device_class, …
     preferences: PreferencesDocument
     moves: list[MoveDocument]
     created_at: str

@@ -163,6 +163,26 @@ def test_a_class_no_cluster_has_explains_the_unplaced_workload() -> None:
     assert "'NVIDIA-H100-80GB-HBM3'" in e["unblock"][1]
 
 
+def test_a_selector_no_cluster_matches_says_to_register_one_or_change_it() -> None:
+    workload: Any = {
+        "workload_id": "chat--2",
+        "name": "chat",
+        "project": "p",
+        "device_class": "H100",
+        "replicas": 2,
+        "serving": {"devices_per_replica": 1},
+        "deployments": {},
+        "unplaced": "none of reachable clusters that report H100 devices has tier=gold",
+        "unplaced_reason": "no_cluster_matches_selector",
+    }
+    e = explain_unplaced(workload, ["H100"])
+    assert e["constraint"] is not None
+    assert e["constraint"]["reason"] == "no_cluster_matches_selector"
+    assert "did_you_mean" not in e["constraint"]
+    assert "labels its selector asks for" in e["unblock"][0]
+    assert "`wingsmith workloads prefer chat --selector" in e["unblock"][1]
+
+
 def test_fully_running_nothing_waits() -> None:
     evidence = {"wanted": 8, "quota": 8, "held_by_project": 0, "granted": 8}
     e = explain(health(phase="running", evidence=evidence, granted=8))

@@ -106,6 +106,18 @@ def test_a_selector_narrows_the_candidates_and_the_list_orders_them() -> None:
     assert fleet.shares("chat") == {"west": 8, "east": 2}  # north has most room: not gold
 
 
+def test_a_selector_no_cluster_matches_defers_saying_so_until_one_does() -> None:
+    fleet = Clocked()
+    fleet.quota("p", 100)
+    fleet.cluster("east", 8, tier="bronze")
+    fleet.preferring("chat", 2, Preferences(cluster_selector={"tier": "gold"}))
+    deferred = fleet.placed[-1]
+    assert (deferred.shares, deferred.reason) == ({}, "no_cluster_matches_selector")
+    assert deferred.message == ("none of reachable clusters that report H100 devices has tier=gold")
+    fleet.event("ClusterRegistered", "east", region=None, labels={"tier": "gold"})  # again
+    assert fleet.shares("chat") == {"east": 2}
+
+
 def test_spread_by_preferences_through_the_ledger() -> None:
     fleet = Clocked()
     fleet.quota("p", 100)
