@@ -62,7 +62,8 @@ async def test_scaling_past_quota_runs_what_fits_and_the_rest_waits_saying_why(
 
             async def reported() -> dict[str, Any] | None:
                 view = await health(client, "chat--east")
-                return view if view["admission"]["evidence"].get("quota") == 2 else None
+                evidence = (view.get("admission") or {}).get("evidence") or {}
+                return view if evidence.get("quota") == 2 else None
 
             await wait_for(reported, 30, "the smaller quota to be reported")
             view = await reported() or {}
