@@ -97,6 +97,8 @@ class Settings:
     operator_node_agents: bool = False  # node agents report devices: wait for their ids
     node_name: str | None = None  # the node a node agent runs on (the downward API's)
     nats_credentials: Credentials | None = None  # WINGSMITH_NATS_USER / _PASSWORD
+    metrics_listen: tuple[str, int] | None = None  # where /metrics is served; None: not
+    projector_metrics_listen: tuple[str, int] | None = None  # ... the projector's /metrics
     api_listen: tuple[str, int] = ("127.0.0.1", 8080)
     api_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; may write
     api_read_tokens: dict[str, str] = field(default_factory=dict)  # token -> name; only read

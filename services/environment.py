@@ -222,6 +222,12 @@ class Environment(BaseSettings):
     operator_probes: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
         "WINGSMITH_OPERATOR_PROBES", None
     )
+    metrics_listen: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
+        "WINGSMITH_METRICS_LISTEN", None
+    )
+    projector_metrics_listen: Annotated[tuple[str, int] | None, NoDecode, _read(host_port)] = _var(
+        "WINGSMITH_PROJECTOR_METRICS_LISTEN", None
+    )
     api_listen: Annotated[tuple[str, int], NoDecode, _read(host_port)] = _var(
         "WINGSMITH_API_LISTEN", ("127.0.0.1", 8080)
     )

@@ -23,6 +23,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -30,6 +32,7 @@ from starlette.requests import ClientDisconnect
 from wingsmith.services import health
 from wingsmith.services.api import docs, routes
 from wingsmith.services.api.gateway import Gateway
+from wingsmith.services.api.metrics import RequestMetrics
 from wingsmith.services.api.problems import PROBLEM_JSON, STATUS, Problem, ProblemDocument
 
 log = logging.getLogger(__name__)
@@ -69,8 +72,11 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
-    """The API over `gateway`, open to `tokens`."""
+def create_app(
+    gateway: Gateway, tokens: Tokens, registry: CollectorRegistry | None = None
+) -> FastAPI:
+    """The API over `gateway`, open to `tokens`; its metrics, and whatever else `registry`
+    holds (the hub's, in `wingsmith up`), on /metrics."""
     app = FastAPI(
         title="Wingsmith",
         version="1",
@@ -99,9 +105,21 @@ def create_app(gateway: Gateway, tokens: Tokens) -> FastAPI:
         body = await readiness(gateway, hub_health)
         return JSONResponse(body, 200 if body["ready"] else 503)
 
+    if registry is not None:
+        _install_metrics(app, registry)
     _install_errors(app)
     _install_openapi(app)
     return app
+
+
+def _install_metrics(app: FastAPI, registry: CollectorRegistry) -> None:
+    """/metrics, without a token, as /healthz: Prometheus scrapes it (it names routes, no
+    resource, and in `wingsmith up` the hub's families: projects, clusters)."""
+    app.add_middleware(RequestMetrics, registry=registry)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 HUB_HEALTH_TIMEOUT = 2.0

@@ -9,27 +9,36 @@ import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from wingsmith.adapters import nats_bus
 from wingsmith.services.api.app import Tokens, create_app
 from wingsmith.services.api.gateway import Gateway
 from wingsmith.services.api.protocol import HttpLimits, protocol_for
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.listening import Serving, serving_http
+from wingsmith.services.metrics import new_registry
 from wingsmith.services.tasks import cancel_and_wait
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    nc: nats_bus.Connection, tokens: Tokens, host: str, port: int, limits: HttpLimits
+    nc: nats_bus.Connection,
+    tokens: Tokens,
+    host: str,
+    port: int,
+    limits: HttpLimits,
+    registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[Serving]:
     """The API on host:port (0: any free port) until the block ends, once its views are
-    loaded; slow clients and the number of connections held to `limits`."""
+    loaded; slow clients and the number of connections held to `limits`; its metrics in
+    `registry` (by default one of its own), served on /metrics."""
     gateway = Gateway(nc)
     mirror = asyncio.create_task(gateway.run(), name="wingsmith-api-views")
     try:
         async with asyncio.timeout(60):
             await gateway.ready.wait()
-        app = create_app(gateway, tokens)
+        app = create_app(gateway, tokens, registry if registry is not None else new_registry())
         # no WebSocket endpoints: no connection leaves the deadlines by upgrading
         async with serving_http(
             app, host, port, "the API", http=protocol_for(limits), ws="none"
@@ -41,7 +50,11 @@ async def serving(
 
 @contextlib.asynccontextmanager
 async def running_api(
-    settings: Settings, url: str | None = None, *, local_token: bool = False
+    settings: Settings,
+    url: str | None = None,
+    *,
+    local_token: bool = False,
+    registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[Serving]:
     """The REST API on `settings.api_listen`, on its own NATS connection, until the block ends.
     With `local_token` and no tokens configured, it accepts the token kept in the data
@@ -57,7 +70,8 @@ async def running_api(
         limits = HttpLimits(
             settings.api_header_timeout, settings.api_body_timeout, settings.api_max_connections
         )
-        async with serving(nc, Tokens(writers, readers), host, port, limits) as api:
+        tokens = Tokens(writers, readers)
+        async with serving(nc, tokens, host, port, limits, registry) as api:
             settings.api_url_file.parent.mkdir(parents=True, exist_ok=True)
             settings.api_url_file.write_text(api.url)
             try:

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry
 
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.store import StoreThread
@@ -25,6 +26,7 @@ from wingsmith.services.config import Settings
 from wingsmith.services.hub.relay import event_type
 from wingsmith.services.hub.supervisor import READY
 from wingsmith.services.hub.wiring import running_hub, running_projector
+from wingsmith.services.metrics import new_registry, serving_metrics
 from wingsmith.services.operator.backends.simulated import (
     SimNode,
     nodes_from_spec,
@@ -63,14 +65,16 @@ async def _up(args: argparse.Namespace) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     settings = Settings.from_env()
     stop = stop_on_signals()
+    registry = new_registry()  # one for the process: the hub's, the API's, the operators'
     async with contextlib.AsyncExitStack() as stack:
-        hub = await stack.enter_async_context(running_hub(settings))
+        hub = await stack.enter_async_context(running_hub(settings, registry))
         store = settings.store_url or settings.data_dir / "events.sqlite"
         print(f"wingsmith hub ready: nats {hub.nats_url}, store {store}", flush=True)
+        await _serve_metrics(stack, registry, settings, "the hub")
         watched = list(hub.tasks)  # each runs until shutdown: one that ends is a failure
         if not args.no_api:
             server = await stack.enter_async_context(
-                running_api(settings, hub.nats_url, local_token=True)
+                running_api(settings, hub.nats_url, local_token=True, registry=registry)
             )
             watched.append(server.task)
             configured = settings.api_tokens or settings.api_read_tokens
@@ -87,6 +91,7 @@ async def _up(args: argparse.Namespace) -> int:
                     state_dir=state_dir,
                     sync_every=settings.operator_sync_every,
                     read_only=settings.operator_read_only,
+                    registry=registry,
                 )
             )
             names = ", ".join(f"{c} ({_devices(n)})" for c, n in clusters.items())
@@ -107,6 +112,15 @@ async def _up(args: argparse.Namespace) -> int:
         await asyncio.gather(*extras, return_exceptions=True)
         print("wingsmith hub stopping", flush=True)
     return 1 if failed else 0
+
+
+async def _serve_metrics(
+    stack: contextlib.AsyncExitStack, registry: CollectorRegistry, settings: Settings, what: str
+) -> None:
+    """The process's metrics on WINGSMITH_METRICS_LISTEN, if set, until the stack closes."""
+    url = await stack.enter_async_context(serving_metrics(registry, settings.metrics_listen, what))
+    if url is not None:
+        print(f"metrics: {url}", flush=True)
 
 
 def _simulated_cluster(text: str) -> tuple[str, list[SimNode]]:
@@ -205,8 +219,11 @@ def api(parser: argparse.ArgumentParser) -> None:
 
 async def _api(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
-    async with running_api(Settings.from_env()) as server:
+    settings, registry = Settings.from_env(), new_registry()
+    async with contextlib.AsyncExitStack() as stack:
+        server = await stack.enter_async_context(running_api(settings, registry=registry))
         print(f"wingsmith rest api: {server.url}/v1", flush=True)
+        await _serve_metrics(stack, registry, settings, "the API")
         stopping = asyncio.create_task(stop.wait(), name="wingsmith-signals")
         await asyncio.wait([stopping, server.task], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()

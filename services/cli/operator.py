@@ -14,10 +14,12 @@ from wingsmith.services.cli.shared import cluster_id, pod_defaults, stop_on_sign
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.environment import host_port
 from wingsmith.services.listening import serving_http
+from wingsmith.services.metrics import new_registry, serving_metrics
 from wingsmith.services.operator.backends.kube import KubeBackend
 from wingsmith.services.operator.backends.simulated import SimulatedCluster, nodes_from_spec
 from wingsmith.services.operator.dgd import V1ALPHA1, V1BETA1
 from wingsmith.services.operator.leader import Elector, LeaseTimes
+from wingsmith.services.operator.metrics import OperatorMetrics
 from wingsmith.services.operator.probes import probes_app
 from wingsmith.services.operator.runtime import Backend, OperatorOptions, run_operator
 from wingsmith.services.tasks import cancel_and_wait
@@ -123,9 +125,16 @@ async def _operator(args: argparse.Namespace) -> int:
         simulated=bool(args.simulated),
         sync_every=settings.operator_sync_every,
     )
+    registry = new_registry()
+    metrics = OperatorMetrics(args.cluster_id, registry)
     nc = await connect(settings, "wingsmith-operator", operator_of=args.cluster_id)
     try:
         async with contextlib.AsyncExitStack() as stack:
+            url = await stack.enter_async_context(
+                serving_metrics(registry, settings.metrics_listen, "the operator")
+            )
+            if url is not None:
+                print(f"metrics: {url}", flush=True)
             if args.simulated:
                 cluster = SimulatedCluster(
                     args.cluster_id,
@@ -149,8 +158,9 @@ async def _operator(args: argparse.Namespace) -> int:
                     pod_defaults=defaults,
                     pod_selector=args.pod_selector or settings.operator_pod_selector,
                     node_agents=args.node_agents or settings.operator_node_agents,
+                    metrics=metrics,
                 )
-            work = functools.partial(run_operator, nc, backend, options)
+            work = functools.partial(run_operator, nc, backend, options, metrics=metrics)
             if leader_elect:
                 identity = f"{socket.gethostname()}-{os.getpid()}"
                 times = LeaseTimes.scaled(settings.operator_lease_seconds)

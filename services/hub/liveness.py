@@ -42,6 +42,11 @@ class Liveness:
     def heard(self, cluster_id: str) -> None:
         self._heard[cluster_id] = self._clock()
 
+    def silences(self) -> dict[str, float]:
+        """Seconds since each cluster was heard from, or first known."""
+        now = self._clock()
+        return {cluster: now - heard for cluster, heard in self._heard.items()}
+
     def silent(self) -> list[str]:
         """Reachable clusters silent for too long since heard from, or since first known."""
         now = self._clock()

@@ -81,6 +81,7 @@ class _Samples:
     store_error: str | None = "not probed yet"
     probed_at: float = 0.0
     projected_seq: int | None = None  # the projector's stream sequence
+    projected: int | None = None  # ... and the store position it has folded up to
     dead: dict[str, int] = field(default_factory=dict)
 
 
@@ -106,6 +107,7 @@ class HealthMonitor:
         if self.stages.projector_progress is not None:
             progress = await self.stages.projector_progress()
             s.projected_seq = int(progress["stream_seq"]) if progress else 0
+            s.projected = int(progress["position"]) if progress else 0
         if self.stages.dead_letters_stored is not None:
             s.dead = await self.stages.dead_letters_stored()
         s.at = time.monotonic()
@@ -137,6 +139,21 @@ class HealthMonitor:
         if self.stages.scheduler_position is not None:
             positions[Stage.SCHEDULER] = self.stages.scheduler_position()
         return positions
+
+    def store_positions(self) -> dict[str, int]:
+        """The store position each stage this hub runs has reached: relayed and scheduled as
+        they are now, projected as of the last look, and stored (the last one written) as of
+        the last look or, when a stage has gone further since, that far (what was relayed
+        was stored)."""
+        s, stages = self._samples, self.stages
+        positions = {}
+        if stages.relay is not None:
+            positions["relayed"] = stages.relay.position
+        if stages.scheduler_position is not None:
+            positions["scheduled"] = stages.scheduler_position()
+        if s.projected is not None:
+            positions["projected"] = s.projected
+        return {"stored": max([s.head, *positions.values()])} | positions
 
     def report(self) -> HealthReport:
         checks = [self._monitor(), self._store()]

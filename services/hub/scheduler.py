@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from prometheus_client import Histogram
 
 from wingsmith.adapters.dead_letters import Component, SetAside
 from wingsmith.adapters.store import Notification
@@ -55,6 +56,7 @@ from wingsmith.domain.commands import (
     DecideAdmission,
     PlaceWorkload,
 )
+from wingsmith.services.hub.metrics import seconds_since
 from wingsmith.services.hub.projector import READ_PAGE
 from wingsmith.services.hub.relay import event_type
 from wingsmith.services.hub.service import Chain
@@ -96,12 +98,14 @@ class Scheduler:
         buffer_limit: int = BUFFER_LIMIT,
         move_rules: moves.MoveRules | None = None,
         clock: Callable[[], float] = time.monotonic,
+        admission_wait: Histogram | None = None,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
         has caught up with the store. `move_rules`: when placement moves what it placed (None:
-        it never does)."""
+        it never does). `admission_wait`: observes each admission's wait, by device class."""
         self._read, self._execute, self._published_upto = read, execute, published_upto
         self._dead_letters = dead_letters
+        self._admission_wait = admission_wait
         self.move_rules, self._clock = move_rules, clock
         self._looked = clock()  # when moves were last looked for
         self._aside: list[tuple[str, str, bytes, str]] = []  # (reason, subject, data, msg_id)
@@ -362,6 +366,8 @@ class Scheduler:
     async def _decided(self, decision: Decision, reply: dict[str, Any]) -> None:
         if self._ran(None, reply):
             self.decisions += 1
+            if decision.admitted and self._admission_wait is not None:
+                self._waited(decision.deployment_id, self._admission_wait)
             return
         error = reply.get("error", {})
         if error.get("code") in DELETED:  # deleted meanwhile: its deletion released the grant
@@ -381,6 +387,13 @@ class Scheduler:
         )
         await self._hand_aside()
         raise Refused(f"{decision.deployment_id}: admission was refused ({error.get('code')})")
+
+    def _waited(self, deployment_id: str, histogram: Histogram) -> None:
+        """How long an admitted deployment waited, from the event it began to wait at."""
+        slot = self.ledger.deployments.get(deployment_id)
+        waited = seconds_since(slot.waiting_at) if slot is not None else None
+        if slot is not None and waited is not None:
+            histogram.labels(slot.device_class).observe(waited)
 
     def _command_id(self, prefix: str, what: Decision | Placement) -> str:
         # the same decision at the same position (resent after a restart) is the same command

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from wingsmith.domain.receipt import CommandReceipt
 from wingsmith.services.hub.backpressure import Backpressure
 from wingsmith.services.hub.classes import ReportedClasses
 from wingsmith.services.hub.handlers import HANDLERS
+from wingsmith.services.hub.metrics import UNKNOWN_SUBJECT, CommandMetrics
 from wingsmith.services.wire import duplicate_key
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,17 @@ class Publisher(Protocol):
 def error_reply(code: str, message: str, **details: Any) -> bytes:
     reply: Refused = {"ok": False, "error": {"code": code, "message": message, "details": details}}
     return orjson.dumps(reply)
+
+
+_CODE_AT = len(b'{"ok":false,"error":{"code":"')
+
+
+def outcome(reply: bytes) -> str:
+    """`ok`, or the refusal's error code, read from where `error_reply` and `_ok_reply` put
+    it (orjson keeps a dict's keys in order): no decoding of the reply on the command path."""
+    if reply.startswith(b'{"ok":true'):
+        return "ok"
+    return reply[_CODE_AT : reply.find(b'"', _CODE_AT)].decode()
 
 
 def _ok_reply(result: Result, *, duplicate: bool = False, position: int | None = None) -> bytes:
@@ -146,6 +159,7 @@ class Submission:
     digest: str = ""
     answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
     chain: Chain | None = None
+    arrived: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
         # what the command asks for: its subject and fields, not the chain it is part of, so a
@@ -512,6 +526,7 @@ class CommandService:
     on_committed: Callable[[list[Notification]], None]
     max_bytes: int = 64 * 1024
     backpressure: Backpressure | None = None  # None: clients' commands are never held
+    metrics: CommandMetrics = field(default_factory=CommandMetrics)
     executor: Executor = field(init=False)
     commits: int = field(default=0, init=False)  # batches saved (each one transaction)
     _queue: list[Submission] = field(default_factory=list, init=False)  # clients'
@@ -525,22 +540,25 @@ class CommandService:
     async def submit(self, subject: str, data: bytes, reply_to: str | None) -> None:
         parsed = parse(subject, data, self.max_bytes)
         if isinstance(parsed, bytes):
-            if reply_to:
-                await self._reply(reply_to, parsed)
+            verb = subject.removeprefix(SUBJECT_PREFIX)
+            await self._refuse(verb if verb in COMMANDS else UNKNOWN_SUBJECT, reply_to, parsed)
             return
         if self._closing:
-            if reply_to:
-                await self._reply(
-                    reply_to, error_reply("unavailable", "the hub is shutting down; retry")
-                )
+            refusal = error_reply("unavailable", "the hub is shutting down; retry")
+            await self._refuse(parsed.subject, reply_to, refusal)
             return
         busy = self.backpressure.busy(len(self._queue)) if self.backpressure is not None else None
         if busy is not None:
-            if reply_to:
-                await self._reply(reply_to, busy_reply(*busy))
+            await self._refuse(parsed.subject, reply_to, busy_reply(*busy))
             return
         self._queue.append(Submission(parsed, reply_to))
         self._wake.set()
+
+    async def _refuse(self, subject: str, reply_to: str | None, reply: bytes) -> None:
+        """Answer a command refused before it was queued."""
+        self.metrics.answer(subject, outcome(reply))
+        if reply_to:
+            await self._reply(reply_to, reply)
 
     async def execute(self, command: Command) -> dict[str, Any]:
         """Run a command from inside the hub (liveness, observations) in the next batch, as
@@ -594,9 +612,11 @@ class CommandService:
 
     async def _drain(self) -> None:
         while batch := self._next_batch():
+            started = time.perf_counter()
             try:
                 replies, notifications = await self.store.run(self.executor.execute, batch)
                 self.commits += 1
+                self.metrics.committed(len(batch), time.perf_counter() - started)
             except Exception:  # the store is unreachable: nothing in this batch was saved
                 log.exception("store failed; refusing a batch of %d commands", len(batch))
                 self.executor.cache.clear()
@@ -610,6 +630,8 @@ class CommandService:
                     sub.answer.set_result(reply)
                 if sub.reply_to:
                     await self._reply(sub.reply_to, reply)
+                answered = time.perf_counter() - sub.arrived
+                self.metrics.answer(sub.command.subject, outcome(reply), answered)
 
     async def _reply(self, to: str, reply: bytes) -> None:
         try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlparse
 
+from prometheus_client import CollectorRegistry, Histogram
+
 from wingsmith.adapters import nats_bus
 from wingsmith.adapters.checkpoints import CheckpointStore
 from wingsmith.adapters.dead_letters import DeadLetters
@@ -27,6 +29,14 @@ from wingsmith.services.hub.backpressure import Backlog, Backpressure
 from wingsmith.services.hub.ingest import Buckets, RateLimit, ingest
 from wingsmith.services.hub.janitor import hub_janitor
 from wingsmith.services.hub.liveness import Liveness
+from wingsmith.services.hub.metrics import (
+    CommandMetrics,
+    DeviceSeconds,
+    HubCollector,
+    ViewsCollector,
+    admission_wait,
+    allocated,
+)
 from wingsmith.services.hub.monitor import HealthMonitor, Stages
 from wingsmith.services.hub.owner import owning
 from wingsmith.services.hub.projector import Projector
@@ -34,10 +44,12 @@ from wingsmith.services.hub.relay import Relay
 from wingsmith.services.hub.scheduler import Scheduler
 from wingsmith.services.hub.service import CommandService
 from wingsmith.services.hub.supervisor import Supervisor, python_module
+from wingsmith.services.metrics import new_registry, serving_metrics
 from wingsmith.services.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+DEVICE_SECONDS_EVERY = 1.0  # seconds between samples of the devices held, for device-seconds
 COMMANDS_DRAIN = 30.0  # seconds the command service gets to answer what it holds, at shutdown
 RELAY_DRAIN = 10.0  # seconds the relay gets to publish what was stored, at shutdown
 
@@ -55,6 +67,7 @@ class Hub:
     # what the hub's stages (scheduler, observation intake) set aside; the projector, in its
     # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
     dead_letters: DeadLetters
+    registry: CollectorRegistry  # its metrics (services/hub/metrics.py)
     scheduler: Scheduler | None = None  # its `position`: folded and decided up to there
 
 
@@ -73,9 +86,13 @@ async def embedded_or_given_nats(settings: Settings) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
+async def running_hub(
+    settings: Settings, registry: CollectorRegistry | None = None
+) -> AsyncIterator[Hub]:
     """Serve commands until the block ends; then stop intake, answer what was queued, let the
-    relay publish what was committed, and close."""
+    relay publish what was committed, and close. Its metrics go in `registry` (by default
+    one of its own: `Hub.registry`)."""
+    registry = registry if registry is not None else new_registry()
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(owning(settings.data_dir))  # before anything there is touched
         store = await open_writable_store(settings)  # nothing else starts without it
@@ -107,6 +124,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             on_committed,
             settings.max_command_bytes,
             backpressure,
+            CommandMetrics(registry),
         )
         tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         stages = Stages(
@@ -125,7 +143,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
         liveness: Liveness | None = None
         scheduler: Scheduler | None = None
         if relay is not None and settings.admission:
-            scheduler = scheduler_process(store, relay, commands, dead_letters, settings)
+            scheduler = scheduler_process(
+                store, relay, commands, dead_letters, settings, admission_wait(registry)
+            )
             stages.scheduler_position = lambda: scheduler.position if scheduler else 0
             relay.on_published = scheduler.published
             if backpressure is not None:  # the scheduler follows the relay: its lag is the hub's
@@ -150,6 +170,9 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
             janitor = hub_janitor(nc, settings.consumer_sweep)
             tasks["consumer-sweep"] = await stack.enter_async_context(janitor.running())
         health = HealthMonitor(stages, settings.health)
+        collector = HubCollector(health.store_positions, liveness.silences if liveness else None)
+        registry.register(collector)
+        stack.callback(registry.unregister, collector)
         tasks["health"] = asyncio.create_task(health.run(), name="wingsmith-health")
         subscription = await nats_bus.subscribe_commands(
             nc, _answering_health(health, nats_bus.NatsPublisher(nc), commands.submit)
@@ -165,6 +188,7 @@ async def running_hub(settings: Settings) -> AsyncIterator[Hub]:
                 health,
                 list(tasks.values()),
                 dead_letters,
+                registry,
                 scheduler,
             )
         finally:
@@ -177,6 +201,7 @@ def scheduler_process(
     commands: CommandService,
     dead_letters: DeadLetters,
     settings: Settings,
+    waits: Histogram | None = None,
 ) -> Scheduler:
     """The scheduler beside the relay, reading what it publishes."""
 
@@ -192,7 +217,14 @@ def scheduler_process(
         lost_after=timedelta(seconds=settings.cluster_lost_after),
         max_fraction=settings.rebalance_max_fraction,
     )
-    return Scheduler(read, commands.execute_all, published_upto, dead_letters, move_rules=rules)
+    return Scheduler(
+        read,
+        commands.execute_all,
+        published_upto,
+        dead_letters,
+        move_rules=rules,
+        admission_wait=waits,
+    )
 
 
 async def open_writable_store(settings: Settings) -> StoreThread:
@@ -268,6 +300,10 @@ async def supervised_projector(nats_url: str, settings: Settings) -> AsyncIterat
         "WINGSMITH_VIEWS_DUPLICATE_WINDOW": str(settings.views_duplicate_window),
         "WINGSMITH_STREAM_REPLICAS": str(settings.stream_replicas),
     }
+    env.pop("WINGSMITH_METRICS_LISTEN", None)  # the hub's: the projector has its own
+    if settings.projector_metrics_listen is not None:
+        host, port = settings.projector_metrics_listen
+        env["WINGSMITH_METRICS_LISTEN"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if settings.store_url:
         env["WINGSMITH_STORE"] = settings.store_url
     if settings.nats_credentials:
@@ -303,10 +339,22 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
             dead_letters=DeadLetters(nc),
             checkpoint_every=settings.checkpoint_seconds,
         )
+        device_seconds = DeviceSeconds(lambda: allocated(projector.fold))
+        registry = new_registry()
+        registry.register(ViewsCollector(lambda: projector.fold, device_seconds))
+        url = await stack.enter_async_context(
+            serving_metrics(registry, settings.metrics_listen, "the projector")
+        )
+        if url is not None:
+            log.info("projector metrics: %s", url)
         task = asyncio.create_task(projector.run(), name="wingsmith-projector")
+        sampling = asyncio.create_task(
+            _sample_every(device_seconds, DEVICE_SECONDS_EVERY), name="wingsmith-device-seconds"
+        )
         try:
             yield projector
         finally:
+            await cancel_and_wait(sampling)
             await cancel_and_wait(task)
             with contextlib.suppress(Exception):  # without it, the next start replays a little more
                 await projector.close()
@@ -337,6 +385,12 @@ async def _shut_down(
                 await relay.idle()
     if "relay" in tasks:
         await cancel_and_wait(tasks["relay"])
+
+
+async def _sample_every(device_seconds: DeviceSeconds, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        device_seconds.sample()
 
 
 def _ignore(_: object) -> None:

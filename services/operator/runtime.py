@@ -31,6 +31,7 @@ from wingsmith.domain.cluster import OperatorInfo
 from wingsmith.domain.contracts import reports
 from wingsmith.domain.deployment import ClusterPhase, DeploymentStatus, StatusCondition
 from wingsmith.domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.services.operator.metrics import OperatorMetrics, Reconcile
 from wingsmith.services.tasks import Backoff, stop_all, supervise
 
 log = logging.getLogger(__name__)
@@ -146,16 +147,20 @@ async def run_operator(
     backend: Backend,
     options: OperatorOptions,
     counts: OperatorCounts | None = None,
+    metrics: OperatorMetrics | None = None,
 ) -> None:
     """Run until cancelled; each part restarts on its own after a failure. `counts` is kept up
-    to date with what the operator refused."""
+    to date with what the operator refused, `metrics` with what it did."""
     report = Reporter(nc, options.cluster_id)
     stopping = asyncio.Event()
     counted = counts if counts is not None else OperatorCounts()
+    measured = metrics if metrics is not None else OperatorMetrics(options.cluster_id)
     parts = {
         "heartbeats": _heartbeats(report, options),
         "observe": lambda: backend.observe(report),
-        "desired-state": lambda: _follow_desired(nc, options.cluster_id, backend, counted, report),
+        "desired-state": lambda: _follow_desired(
+            nc, options.cluster_id, backend, counted, report, measured
+        ),
         "sync": lambda: _syncs(report, backend, options.sync_every),
     }
     if (take := getattr(backend, "take_node_devices", None)) is not None:
@@ -225,6 +230,7 @@ async def _follow_desired(
     backend: Backend,
     counts: OperatorCounts,
     report: Reporter,
+    metrics: OperatorMetrics,
 ) -> None:
     """Apply each deployment's render object in the order the hub decided it: a message that
     comes back after a newer one for the same deployment was applied is old news. One the
@@ -246,11 +252,13 @@ async def _follow_desired(
                     why,
                     counts.foreign_renders,
                 )
+                metrics.reconciled(Reconcile.FOREIGN)
                 await delivery.reject()
                 continue
             deployment_id = subjects.key_value(delivery.subject.split(".", 3)[3])  # as encoded
             position = delivery.position
             if position and position < applied.get(deployment_id, 0):
+                metrics.reconciled(Reconcile.STALE)
                 await delivery.ack()
                 continue
             desired = orjson.loads(delivery.data) if delivery.data else None
@@ -258,14 +266,18 @@ async def _follow_desired(
                 await backend.apply(deployment_id, desired)
             except ValueError as e:
                 log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
+                metrics.reconciled(Reconcile.UNRENDERABLE)
                 if desired is not None:
                     await _report_unrenderable(report, cluster_id, deployment_id, str(e))
             except Exception as e:
                 log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
                 failures[deployment_id] = failures.get(deployment_id, 0) + 1
                 delay = min(APPLY_AGAIN * 2 ** (failures[deployment_id] - 1), APPLY_AGAIN_CAP)
+                metrics.reconciled(Reconcile.FAILED)
                 await delivery.retry(delay=delay)
                 continue
+            else:
+                metrics.reconciled(Reconcile.APPLIED)
             failures.pop(deployment_id, None)
             first = deployment_id not in applied
             applied[deployment_id] = max(position, applied.get(deployment_id, 0))

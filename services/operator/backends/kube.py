@@ -84,6 +84,7 @@ from wingsmith.services.operator.dgd import (
 )
 from wingsmith.services.operator.dra import DraDevices, dra_devices
 from wingsmith.services.operator.inspect import inspect_dgd, is_rendered_by_wingsmith
+from wingsmith.services.operator.metrics import OperatorMetrics
 from wingsmith.services.operator.plan import Action, Obj, plan
 from wingsmith.services.operator.pods import with_defaults
 from wingsmith.services.operator.runtime import Report as Send
@@ -138,8 +139,10 @@ class KubeBackend:
         pod_selector: str | None = None,
         node_agents: bool = False,
         agent_grace: float = AGENT_GRACE,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.kube, self.cluster_id, self.namespace = kube, cluster_id, namespace
+        self.metrics = metrics if metrics is not None else OperatorMetrics(cluster_id)
         self.pod_defaults = pod_defaults  # the cluster's: what a render object leaves unset
         self.refused_again = refused_again
         self.pod_selector = pod_selector  # only these pods are watched (a large cluster's)
@@ -362,7 +365,13 @@ class KubeBackend:
         observed = desired is not None and desired.get("authority") != Authority.MANAGED
         performed = not (self.read_only or observed)
         if performed:
-            await self._write(action)
+            try:
+                await self._write(action)
+            except Exception:
+                self.metrics.api_errors[action.verb].inc()
+                raise
+        self.metrics.acted(action.verb, performed=performed)
+        if performed:
             self._event(action, "Normal", DONE[action.verb], f"{deployment_id}: {action.why}")
         why = "read-only mode" if self.read_only else "observed" if observed else action.why
         log.info(

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+from prometheus_client import CollectorRegistry
 
 from wingsmith.adapters import nats_bus
 from wingsmith.domain import names
@@ -72,6 +73,7 @@ from wingsmith.domain.deployment import (
 )
 from wingsmith.domain.discovery import DiscoveredComponent, Sighting
 from wingsmith.domain.values import ServingMode
+from wingsmith.services.operator.metrics import OperatorMetrics
 from wingsmith.services.operator.runtime import OperatorOptions, Report, run_operator
 from wingsmith.services.tasks import cancel_and_wait
 
@@ -1028,9 +1030,11 @@ async def simulated_operators(
     state_dir: Path | None = None,
     sync_every: float = 60.0,
     read_only: bool = False,
+    registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[dict[str, SimulatedCluster]]:
     """An operator on a simulated cluster for each entry, for as long as the block runs; with
-    `state_dir`, the clusters' pods outlive it; `read_only`, they observe and never write."""
+    `state_dir`, the clusters' pods outlive it; `read_only`, they observe and never write;
+    their metrics in `registry`, if given."""
     simulated = {
         cluster_id: SimulatedCluster(
             cluster_id,
@@ -1050,7 +1054,9 @@ async def simulated_operators(
             heartbeat_every=heartbeat_every,
             sync_every=sync_every,
         )
-        tasks.append(asyncio.create_task(run_operator(nc, cluster, options), name=cluster_id))
+        metrics = OperatorMetrics(cluster_id, registry)
+        operator = run_operator(nc, cluster, options, metrics=metrics)
+        tasks.append(asyncio.create_task(operator, name=cluster_id))
         tasks.append(asyncio.create_task(cluster.serve_faults(nc), name=f"{cluster_id}-faults"))
     try:
         yield simulated
