@@ -1,9 +1,11 @@
 """Projection checkpoints, beside the events in the same database.
 
 A checkpoint is a projection's whole state at one store position, with the stream sequence and
-the event time of that position. The latest one lets a projector resume exactly where its state
-left off; older ones are kept, with their event times, as starting points for answering a view
-as of a past time. Checkpoints of all projections are written in one transaction.
+the event time of that position, and the identity of the NATS streams its views were published
+to (a store restored beside new, empty streams holds checkpoints of streams that are gone). The
+latest one lets a projector resume exactly where its state left off; older ones are kept, with
+their event times, as starting points for answering a view as of a past time. Checkpoints of
+all projections are written in one transaction.
 
 Retention: the latest two, one per hour of event time for the last two days, and one per day
 before that; an as-of answer then folds at most an hour (a day, further back) of events.
@@ -11,6 +13,7 @@ before that; an as-of answer then folds at most an hour (a day, further back) of
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,7 +23,7 @@ import orjson
 
 from wingsmith.adapters.store import postgres_connection
 
-_COLUMNS = "projection, position, stream_seq, event_time, state"
+_COLUMNS = "projection, position, stream_seq, event_time, state, streams"
 KEEP_LATEST = 2
 HOURLY_FOR = timedelta(days=2)
 
@@ -32,6 +35,7 @@ class Checkpoint:
     stream_seq: int
     event_time: datetime
     state: dict[str, Any]
+    streams: str = ""  # the view streams' identity (ViewSink.streams); "": not recorded
 
 
 class CheckpointStore:
@@ -53,8 +57,22 @@ class CheckpointStore:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS wingsmith_checkpoints ("
             f"projection TEXT, position BIGINT, stream_seq BIGINT, event_time {timestamp}, "
-            f"state {blob}, PRIMARY KEY (projection, position))"
+            f"state {blob}, streams TEXT, PRIMARY KEY (projection, position))"
         )
+        self._add_streams_column()
+
+    def _add_streams_column(self) -> None:
+        """Checkpoints written before streams were recorded have no such column: add it (their
+        rows read as "", not recorded)."""
+        if not self._sqlite:
+            self._db.execute(
+                "ALTER TABLE wingsmith_checkpoints ADD COLUMN IF NOT EXISTS streams TEXT"
+            )
+            return
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(wingsmith_checkpoints)")}
+        if "streams" not in columns:
+            with contextlib.suppress(sqlite3.OperationalError):  # another process added it
+                self._db.execute("ALTER TABLE wingsmith_checkpoints ADD COLUMN streams TEXT")
 
     def save(self, checkpoints: list[Checkpoint]) -> None:
         p = self._param
@@ -65,13 +83,14 @@ class CheckpointStore:
                 c.stream_seq,
                 _time(c.event_time, self._sqlite),
                 orjson.dumps(c.state),
+                c.streams,
             )
             for c in checkpoints
         ]
         sql = (  # one at the same position replaces it: a new version of the projection saved it
-            f"INSERT INTO wingsmith_checkpoints ({_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}) "
+            f"INSERT INTO wingsmith_checkpoints ({_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}, {p}) "
             "ON CONFLICT (projection, position) DO UPDATE SET stream_seq = excluded.stream_seq, "
-            "event_time = excluded.event_time, state = excluded.state"
+            "event_time = excluded.event_time, state = excluded.state, streams = excluded.streams"
         )
         stale = [(c.projection, position) for c in checkpoints for position in self._stale(c)]
         delete = f"DELETE FROM wingsmith_checkpoints WHERE projection = {p} AND position = {p}"
@@ -124,7 +143,12 @@ class CheckpointStore:
         if row is None:
             return None
         return Checkpoint(
-            row[0], row[1], row[2], self._read_time(row[3]), orjson.loads(bytes(row[4]))
+            row[0],
+            row[1],
+            row[2],
+            self._read_time(row[3]),
+            orjson.loads(bytes(row[4])),
+            row[5] or "",
         )
 
     def _read_time(self, value: Any) -> datetime:

@@ -649,6 +649,7 @@ class StreamEnd:
     seq: int = 0
     position: int = 0
     ids: set[str] = dataclasses.field(default_factory=set)
+    created: str = ""  # when the stream was created: which stream of that name it is
 
     def holds(self, position: int, msg_id: str) -> bool:
         return position < self.position or (position == self.position and msg_id in self.ids)
@@ -664,8 +665,9 @@ class StreamEnd:
 
 async def stream_end(js: JetStreamContext, stream: str) -> StreamEnd:
     """Read the stream's last messages back to the first of the last store position."""
-    state = (await js.stream_info(stream)).state
-    end = StreamEnd(seq=state.last_seq)
+    info = await js.stream_info(stream)
+    state = info.state
+    end = StreamEnd(seq=state.last_seq, created=info.created.isoformat() if info.created else "")
     for seq in range(state.last_seq, max(state.first_seq, 1) - 1, -1):
         try:
             msg = await js.get_msg(stream, seq=seq)
@@ -720,6 +722,11 @@ class ViewPublisher:
     def published(self, projection: str) -> int:
         """The store position of the last change on the projection's stream at `resume`."""
         return self._resumed_at.get(view_stream(projection)[0], 0)
+
+    def streams(self) -> str:
+        """Which projection and render streams these are (their creation times), as learnt at
+        `resume`: a stream deleted and created again, or a new server's, is another one."""
+        return " ".join(f"{s}@{end.created}" for s, end in sorted(self._ends.items()))
 
     async def change(
         self, projection: str, key: str, view: bytes | None, position: int, *, again: int = 0

@@ -7,8 +7,10 @@ connection belongs to its thread, so callers give it one thread of its own (`Sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
+import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +38,7 @@ __all__ = [
     "NotWritable",
     "Notification",
     "StoreThread",
+    "backup_sqlite",
     "postgres_connection",
     "store_env",
 ]
@@ -143,6 +146,24 @@ def postgres_connection(env: dict[str, str], *, in_schema: bool = True) -> psyco
         autocommit=True,
         options=f"-c search_path={schema}" if schema else None,
     )
+
+
+def backup_sqlite(env: dict[str, str], dest: Path) -> int:
+    """Copy the SQLite store `env` names to `dest` with SQLite's online backup: one read
+    transaction, so the copy is the store as it stood at one commit, however busy its writers
+    (a copy of the file could miss what is still in its write-ahead log, or catch half a
+    transaction). The last position in the copy."""
+    source = Path(env["SQLITE_DBNAME"])
+    if not source.is_file():
+        raise FileNotFoundError(f"no event store at {source}")
+    with (
+        contextlib.closing(sqlite3.connect(source)) as db,
+        contextlib.closing(sqlite3.connect(dest)) as copy,
+    ):
+        db.backup(copy)
+        # eventsourcing's SQLite recorder numbers the notifications by rowid
+        (last,) = copy.execute("SELECT MAX(rowid) FROM stored_events").fetchone()
+    return int(last or 0)
 
 
 class Conflict(Exception):

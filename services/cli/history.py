@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from wingsmith.domain import names, subjects
 from wingsmith.domain.workload import Workload
 from wingsmith.projections.audit import NAME_KIND, Entry, Timeline, incarnation_of, incarnations
 from wingsmith.projections.fleet import PROJECTIONS
+from wingsmith.services.cli.follow import Resume, after, following
 from wingsmith.services.cli.terminal import Progress
 from wingsmith.services.config import Settings, connect
 from wingsmith.services.hub.projector import as_of, compare, rebuild
@@ -42,17 +43,25 @@ def events(parser: argparse.ArgumentParser) -> None:
 async def _events(args: argparse.Namespace) -> int:
     parts = (args.aggregate, args.id, args.type)
     subject = ".".join([names.EVENTS, *(p if p == "*" else subjects.token(p) for p in parts)])
-    nc = await connect(Settings.from_env(), "wingsmith-cli")
-    try:
-        stream = nats_bus.read_stream(
-            nc, names.EVENTS_STREAM, subject, follow=args.follow, start=args.since
-        )
-        with contextlib.suppress(asyncio.CancelledError):
+    stream = _followed(names.EVENTS_STREAM, subject, args.follow, args.since)
+    with contextlib.suppress(asyncio.CancelledError):
+        async with contextlib.aclosing(stream):
             async for message in stream:
                 print(_event_line(message, as_json=args.json), flush=True)
-    finally:
-        await nc.close()
     return 0
+
+
+def _followed(
+    stream: str, subject: str, follow: bool, start: nats_bus.Start, resume: Resume = after
+) -> AsyncGenerator[nats_bus.StreamMessage, None]:
+    """The stream's messages on `subject` from `start`; to follow, across hub restarts."""
+
+    def read(
+        nc: nats_bus.Connection, start: nats_bus.Start
+    ) -> AsyncGenerator[nats_bus.StreamMessage, None]:
+        return nats_bus.read_stream(nc, stream, subject, follow=follow, start=start)
+
+    return following(Settings.from_env(), read, start, resume)
 
 
 def _event_line(message: nats_bus.StreamMessage, *, as_json: bool) -> str:
@@ -82,12 +91,9 @@ def dead_letters(parser: argparse.ArgumentParser) -> None:
 
 async def _dead_letters(args: argparse.Namespace) -> int:
     subject = names.dead_subject(args.component)
-    nc = await connect(Settings.from_env(), "wingsmith-cli")
-    try:
-        stream = nats_bus.read_stream(
-            nc, names.DEAD_STREAM, subject, follow=args.follow, start=args.since
-        )
-        with contextlib.suppress(asyncio.CancelledError):
+    stream = _followed(names.DEAD_STREAM, subject, args.follow, args.since)
+    with contextlib.suppress(asyncio.CancelledError):
+        async with contextlib.aclosing(stream):
             async for m in stream:
                 if args.json:
                     print(m.data.decode(), flush=True)
@@ -95,8 +101,6 @@ async def _dead_letters(args: argparse.Namespace) -> int:
                 r = orjson.loads(m.data)
                 at, component, what = r["at"][:19], r["component"], r["subject"]
                 print(f"{m.seq:>6} {at} {component:<9} {what!r}: {r['reason']}", flush=True)
-    finally:
-        await nc.close()
     return 0
 
 
@@ -141,10 +145,10 @@ def watch(parser: argparse.ArgumentParser) -> None:
 async def _watch(args: argparse.Namespace) -> int:
     stream_name, prefix = nats_bus.view_stream(args.projection)
     subject, prefix = f"{prefix}.{subjects.filter_tokens(args.key)}", f"{prefix}."
-    nc = await connect(Settings.from_env(), "wingsmith-cli")
-    try:
-        stream = nats_bus.read_stream(nc, stream_name, subject, follow=True, start=args.since)
-        with contextlib.suppress(asyncio.CancelledError):
+    # on another server the current views are shown again, then the changes after them
+    stream = _followed(stream_name, subject, True, args.since, resume=lambda _: "last")
+    with contextlib.suppress(asyncio.CancelledError):
+        async with contextlib.aclosing(stream):
             async for m in stream:
                 key, position = (
                     subjects.key_value(m.subject.removeprefix(prefix)),
@@ -165,8 +169,6 @@ async def _watch(args: argparse.Namespace) -> int:
                     shown = "(removed)" if view is None else orjson.dumps(view).decode()
                     line = f"{m.seq:>6} {m.time:%Y-%m-%d %H:%M:%S} {key} @{position} {shown}"
                 print(line, flush=True)
-    finally:
-        await nc.close()
     return 0
 
 

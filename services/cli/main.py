@@ -67,6 +67,9 @@ COMMANDS = {
     "replay": Command(
         "history:replay", "rebuild every projection from the event store and compare with live"
     ),
+    "backup": Command(
+        "backup:backup", "copy the SQLite event store to a file, consistently, while the hub runs"
+    ),
 }
 
 # Verbs of a command, each a command line of its own: `wingsmith operator manifests …` prints

@@ -80,6 +80,9 @@ class ViewSink(Protocol):
         """The store position of the last change the projection's stream held at `resume`
         (0: none)."""
 
+    def streams(self) -> str:
+        """Which streams the views go to, as learnt at `resume`; a checkpoint records it."""
+
     async def progress(self, progress: dict[str, Any]) -> None:
         """Report how far the projector has got."""
 
@@ -192,6 +195,8 @@ class Projector:
         saved = [
             await self._store.run(self.checkpoints.latest, p.name) for p in self.fold.projections
         ]
+        if any(c is not None and not self._published_here(c) for c in saved):
+            saved = [None] * len(saved)  # fold from zero: every view goes out again
         # With no checkpoint at all (a first start, or none taken before a crash) the streams
         # hold what this fold publishes again: nothing to replace.
         checkpointed = any(c is not None for c in saved)
@@ -209,6 +214,23 @@ class Projector:
         assert any_one is not None  # written together: position, sequence and time are shared
         self.fold.position, self.seq = any_one.position, any_one.stream_seq
         self._event_time = any_one.event_time
+
+    def _published_here(self, checkpoint: Checkpoint) -> bool:
+        """Whether the checkpoint's views went to the streams the sink has now (unknown for
+        checkpoints that did not record it: taken to be). A store restored beside new streams
+        holds checkpoints of streams that are gone: resuming from one would leave the views
+        that did not change since missing from the new streams."""
+        here = self._sink.streams()
+        if not checkpoint.streams or checkpoint.streams == here:
+            return True
+        log.warning(
+            "projector: the checkpoint at position %d was taken while publishing to other "
+            "streams (%s, now %s); folding every event again to publish every view",
+            checkpoint.position,
+            checkpoint.streams,
+            here,
+        )
+        return False
 
     async def _apply(self, batch: list[StreamMessage]) -> None:
         """Fold a batch: every view change goes on the projection stream as it happens; the
@@ -326,9 +348,9 @@ class Projector:
     async def checkpoint(self) -> None:
         if self._event_time is None or self._stale:
             return
-        position = self.fold.position
+        position, streams = self.fold.position, self._sink.streams()
         saved = [
-            Checkpoint(p.name, position, self.seq, self._event_time, p.state())
+            Checkpoint(p.name, position, self.seq, self._event_time, p.state(), streams)
             for p in self.fold.projections
         ]
         await self._store.run(self.checkpoints.save, saved)

@@ -45,6 +45,7 @@ EXAMPLES = {
     "view": ["view", "capacity", "--as-of", "2h"],
     "audit": ["audit", "deployment:llama--east"],
     "replay": ["replay"],
+    "backup": ["backup", "events-backup.sqlite"],
     "workloads": ["workloads", "list", "--phase", "running"],
     "deployments": ["deployments", "list"],
     "discovered": ["discovered", "promote", "d1", "--project", "p"],
