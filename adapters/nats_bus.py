@@ -37,6 +37,7 @@ from nats.js.errors import (
 )
 from nats.nuid import NUID
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.nats_auth import (
     operator_consumer,
     operator_inbox_prefix,
@@ -281,7 +282,8 @@ async def subscribe_commands(
     """All hubs share one queue group, so each command reaches one of them."""
 
     async def on_message(msg: Msg) -> None:
-        await handle(msg.subject, msg.data, msg.reply or None)
+        with tracing.continued(msg.headers):  # the sender's trace, for the command's span
+            await handle(msg.subject, msg.data, msg.reply or None)
 
     subscription = await nc.subscribe(
         names.every(names.COMMANDS),
@@ -325,6 +327,7 @@ class OutMessage:
     payload: bytes
     msg_id: str
     position: int
+    trace: Mapping[str, str] | None = None  # the `traceparent` of the command that stored it
 
 
 class EventPublisher:
@@ -373,6 +376,8 @@ class EventPublisher:
                 "Nats-Expected-Last-Sequence": str(after_seq + i),
                 POSITION_HEADER: str(m.position),
             }
+            if m.trace:
+                headers.update(m.trace)
             payload = m.payload
             if len(payload) + _header_bytes(headers) > self._nc.max_payload:
                 payload = _oversized(m)
@@ -419,11 +424,19 @@ def _oversized(m: OutMessage) -> bytes:
 async def request(nc: Client, subject: str, payload: bytes, timeout: float) -> bytes:
     """Request/reply that waits out a hub that is starting (no responders yet) until `timeout`;
     resending is safe because every command carries its command_id."""
+    with tracing.span(f"send {subject}", subject=subject):
+        return await _request(nc, subject, payload, timeout, tracing.inject({}) or None)
+
+
+async def _request(
+    nc: Client, subject: str, payload: bytes, timeout: float, headers: dict[str, str] | None
+) -> bytes:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
-            msg = await nc.request(subject, payload, timeout=max(deadline - loop.time(), 0.1))
+            wait = max(deadline - loop.time(), 0.1)
+            msg = await nc.request(subject, payload, timeout=wait, headers=headers)
             return bytes(msg.data)
         except nats.errors.NoRespondersError:
             if loop.time() + NO_HUB_POLL > deadline:
@@ -771,6 +784,7 @@ class ViewPublisher:
         with `chain`, as the next message of that stream. The acknowledgement to come."""
         msg_id = _msg_id(projection, token, position, again)
         headers = {"Nats-Msg-Id": msg_id, POSITION_HEADER: str(position)}
+        tracing.inject(headers)  # the trace of the event behind the change, if it has one
         if chain is not None:
             headers["Nats-Expected-Last-Sequence"] = str(chain.seq)
         if view is None:
@@ -878,6 +892,10 @@ class Delivery:
     position: int  # the store position a render object was computed at (0: none)
     _msg: Msg
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._msg.headers or {}
+
     async def ack(self) -> None:
         await self._msg.ack()
 
@@ -945,7 +963,7 @@ async def publish_observation(
         names.observation_subject(cluster_id, kind),
         orjson.dumps(payload),
         stream=OBS_STREAM,
-        headers={"Nats-Msg-Id": msg_id},
+        headers=tracing.inject({"Nats-Msg-Id": msg_id}),  # the trace of the operator's action
     )
 
 

@@ -32,8 +32,9 @@ async def serving_http(
     `options`; `what` names it in an error (an address in use, say)."""
     listener = _listen(host, port, what)
     try:
+        # log_config None: its lines go through the program's own logging (text or JSON)
         config = uvicorn.Config(
-            app, lifespan="off", access_log=False, log_level="warning", **options
+            app, lifespan="off", access_log=False, log_level="warning", log_config=None, **options
         )
         server = _Server(config)
         task = asyncio.create_task(server.serve(sockets=[listener]), name=what)

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = chosen_command(argv)
     args = build_parser(command, chosen_verb(argv, command)).parse_args(argv)
-    return _run(args)
+    return _run(args, command)
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -124,6 +124,13 @@ def build_parser(command: str | None = None, verb: str | None = None) -> argpars
     its help line, which is all `wingsmith --help` shows of it."""
     parser = argparse.ArgumentParser(prog="wingsmith", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "text", "json"],
+        default=None,
+        help="log lines as text or JSON objects (default: WINGSMITH_LOG_FORMAT, else auto: "
+        "text on a terminal, JSON otherwise)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     for name, (where, help) in COMMANDS.items():
@@ -154,22 +161,32 @@ def _load(where: str) -> Adds:
     return adds
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, command: str | None) -> int:
     # Imported here, not above: `--help` and `--version` exit before this and need neither.
     import asyncio
     import logging
+    import os
 
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from wingsmith.adapters import tracing
+    from wingsmith.services import logs
+
     try:
+        log_format = args.log_format or os.environ.get("WINGSMITH_LOG_FORMAT") or "auto"
+        logs.configure(log_format, logging.INFO if args.verbose else logging.WARNING)
+        tracing.configure_from_env(f"wingsmith-{SERVICES.get(command or '', 'cli')}")
         return int(asyncio.run(args.run(args)) or 0)
     except _failures() as e:
         print(f"wingsmith: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        tracing.shutdown()
+
+
+# What a process's spans name it (`wingsmith-<name>`) unless OTEL_SERVICE_NAME does, by its
+# command; every other command is `wingsmith-cli`.
+SERVICES = {"up": "hub", "api": "api", "operator": "operator", "projector": "projector"}
 
 
 def _failures() -> tuple[type[Exception], ...]:

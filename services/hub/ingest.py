@@ -30,10 +30,12 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.dead_letters import Component, DeadLetters, SetAside
 from wingsmith.adapters.nats_bus import MAX_REPORT, Delivery
 from wingsmith.domain import commands as c
 from wingsmith.domain import names
+from wingsmith.services import logs
 from wingsmith.services.tasks import supervise
 from wingsmith.services.wire import DuplicateKey, loads
 
@@ -235,7 +237,8 @@ class Intake:
     async def handle(self, batch: list[Delivery]) -> None:
         runnable = await self._admit(batch)
         replies = await asyncio.gather(
-            *(self.execute(command) for _, command in runnable), return_exceptions=True
+            *(self._run(delivery, command) for delivery, command in runnable),
+            return_exceptions=True,
         )
         retrying = False
         for (delivery, command), answer in zip(runnable, replies, strict=True):
@@ -256,6 +259,13 @@ class Intake:
             elif isinstance(command, c.ObserveHeartbeat):
                 self.heard(command.cluster_id)
             await delivery.ack()
+
+    async def _run(self, delivery: Delivery, command: c.Command) -> dict[str, Any]:
+        """Run an observation's command, continuing the trace of the operator's action that
+        reported it, if it has one."""
+        cluster_id = _cluster_of(delivery.subject)
+        with tracing.continued(delivery.headers), logs.context(cluster_id=cluster_id):
+            return await self.execute(command)
 
     def _poisoned(self, delivery: Delivery, reply: dict[str, Any]) -> bool:
         """Whether this observation's handling has now failed `MAX_ATTEMPTS` times: the hub's

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.checkpoints import Checkpoint, CheckpointStore
 from wingsmith.adapters.dead_letters import Component, DeadLetters
 from wingsmith.adapters.nats_bus import POSITION_HEADER, OutMessage, StreamMessage, Unpublishable
@@ -245,7 +246,8 @@ class Projector:
                 continue
             position = event["position"]
             for projection, key in self.fold.apply_envelope(event):
-                view = await self._publish_change(message, projection, key, position)
+                with tracing.continued(message.headers):  # a render object carries it on
+                    view = await self._publish_change(message, projection, key, position)
                 if view is not False:
                     latest[(projection.name, str(key))] = (view, position)
             for name, reason in self.fold.take_failures():

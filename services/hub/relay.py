@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.nats_bus import OutMessage, StreamTail
 from wingsmith.adapters.store import Notification, StoreThread
 from wingsmith.domain import subjects
@@ -67,8 +68,9 @@ def _head(n: Notification) -> dict[str, Any] | None:
     }
 
 
-def to_message(n: Notification) -> OutMessage | None:
-    """The stream message for a stored event; its body embeds the stored bytes unchanged."""
+def to_message(n: Notification, trace: dict[str, str] | None = None) -> OutMessage | None:
+    """The stream message for a stored event; its body embeds the stored bytes unchanged.
+    `trace`: headers carrying the trace of the command that stored it."""
     head = _head(n)
     if head is None:
         return None
@@ -79,7 +81,25 @@ def to_message(n: Notification) -> OutMessage | None:
         payload=orjson.dumps(head | {"event": orjson.Fragment(n.state)}),
         msg_id=subjects.event_msg_id(head["aggregate"], head["aggregate_id"], head["version"]),
         position=n.id,
+        trace=trace,
     )
+
+
+def _trace_of(n: Notification) -> dict[str, str] | None:
+    """The `traceparent` of the command that stored the event, if this process traced it."""
+    if not tracing.enabled():
+        return None
+    parent = tracing.of_command(orjson.loads(n.state).get("command_id"))
+    return tracing.inject({}, parent) if parent is not None else None
+
+
+def _relay_span(batch: list[OutMessage]) -> Any:
+    """The span of one published batch: a child of its first traced event's command, linked to
+    the others'."""
+    contexts = (tracing.extract(m.trace) for m in batch) if tracing.enabled() else ()
+    traced = [c for c in contexts if c is not None]
+    parent = traced[0] if traced else None
+    return tracing.span("relay batch", parent, traced[1:], events=len(batch))
 
 
 class Relay:
@@ -185,7 +205,7 @@ class Relay:
         handled: list[Notification] = []
         for n in notifications:
             handled.append(n)
-            message = to_message(n)
+            message = to_message(n, _trace_of(n))
             if message is not None:
                 batch.append(message)
             if len(batch) == PUBLISH_LIMIT:
@@ -199,7 +219,8 @@ class Relay:
             self.position = notifications[-1].id
 
     async def _published(self, batch: list[OutMessage], handled: list[Notification]) -> None:
-        self.seq = await self._publisher.publish(batch, self.seq)
+        with _relay_span(batch):
+            self.seq = await self._publisher.publish(batch, self.seq)
         if self.on_published is not None:
             self.on_published(handled)
 

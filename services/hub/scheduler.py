@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from prometheus_client import Histogram
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.dead_letters import Component, SetAside
 from wingsmith.adapters.store import Notification
 from wingsmith.domain import moves, subjects
@@ -56,6 +57,7 @@ from wingsmith.domain.commands import (
     DecideAdmission,
     PlaceWorkload,
 )
+from wingsmith.services import logs
 from wingsmith.services.hub.metrics import seconds_since
 from wingsmith.services.hub.projector import READ_PAGE
 from wingsmith.services.hub.relay import event_type
@@ -347,12 +349,20 @@ class Scheduler:
             )
             for p, _ in placements
         ]
+        spans = [_decision_span(command) for command in [*commands, *placing]]
         replies, placed = await asyncio.gather(
             self._execute(commands, Chain(DELETED)) if commands else _nothing(),
             self._execute(placing, None) if placing else _nothing(),
         )
-        for decision, reply in zip(decisions, replies, strict=True):
-            await self._decided(decision, reply)
+        for span, reply in zip(spans, [*replies, *placed], strict=True):
+            tracing.end(span, ok=reply.get("ok"))
+        for decision, command, reply in zip(decisions, commands, replies, strict=True):
+            with logs.context(
+                correlation_id=command.correlation_id,
+                aggregate="deployment",
+                aggregate_id=decision.deployment_id,
+            ):
+                await self._decided(decision, reply)
         touched: dict[str, str | None] = {}
         for (placement, decide), command, reply in zip(placements, placing, placed, strict=True):
             if self._ran(command, reply):
@@ -411,6 +421,18 @@ class Scheduler:
             events = reply["result"]["events"]
             self._own |= {(f"{r['aggregate']}:{r['id']}", r["version"]) for r in events}
         return True
+
+
+def _decision_span(command: Command) -> Any:
+    """A decision's span, from the scheduler sending it until the hub answers: a child of the
+    first command of its correlation id; the command it sends is its child."""
+    span = tracing.start(
+        f"scheduler {command.subject}",
+        tracing.of_command(command.correlation_id),
+        command_id=command.command_id,
+    )
+    tracing.remember(command.command_id, span)
+    return span
 
 
 async def _nothing() -> list[dict[str, Any]]:

@@ -28,12 +28,14 @@ from typing import Any, Protocol, TypeVar, cast
 import orjson
 from pydantic import ValidationError
 
+from wingsmith.adapters import tracing
 from wingsmith.adapters.store import Conflict, EventStore, Notification, StoreThread
 from wingsmith.domain import names
 from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
 from wingsmith.domain.contracts.replies import Done, EventRef, Refused, Result
 from wingsmith.domain.receipt import CommandReceipt
+from wingsmith.services import logs
 from wingsmith.services.hub.backpressure import Backpressure
 from wingsmith.services.hub.classes import ReportedClasses
 from wingsmith.services.hub.handlers import HANDLERS
@@ -160,6 +162,7 @@ class Submission:
     answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
     chain: Chain | None = None
     arrived: float = field(default_factory=time.perf_counter)
+    span: Any = None  # its trace span, from its arrival to its reply (None: tracing is off)
 
     def __post_init__(self) -> None:
         # what the command asks for: its subject and fields, not the chain it is part of, so a
@@ -167,6 +170,31 @@ class Submission:
         cmd = self.command
         said = cmd.subject + cmd.model_dump_json(exclude={"correlation_id"})
         self.digest = hashlib.sha256(said.encode()).hexdigest()[:32]
+
+    def traced(self, parent: Any) -> Submission:
+        """Start the command's span, a child of `parent` (what sent it)."""
+        cmd = self.command
+        self.span = tracing.start(
+            f"command {cmd.subject}",
+            parent,
+            command_id=cmd.command_id,
+            correlation_id=cmd.correlation_id,
+        )
+        tracing.remember(cmd.command_id, self.span, cmd.correlation_id)
+        return self
+
+    def log_fields(self) -> dict[str, str | None]:
+        """What a log line written while it is handled says of it (services/logs.py)."""
+        cmd = self.command
+        kind = cmd.subject.partition(".")[0]
+        key = getattr(cmd, f"{kind}_id", None) or getattr(cmd, kind, None)
+        return {
+            "command_id": cmd.command_id,
+            "correlation_id": cmd.correlation_id or cmd.command_id,
+            "aggregate": kind,
+            "aggregate_id": None if key is None else str(key),
+            "cluster_id": getattr(cmd, "cluster_id", None),
+        }
 
     def cause(self) -> Cause:
         cmd = self.command
@@ -386,6 +414,10 @@ class Executor:
         return replies
 
     def _decide(self, uow: UnitOfWork, sub: Submission, *, check_store: bool = False) -> Outcome:
+        with logs.context(**sub.log_fields()):
+            return self._decide_now(uow, sub, check_store)
+
+    def _decide_now(self, uow: UnitOfWork, sub: Submission, check_store: bool) -> Outcome:
         known = self._known(sub) or (self._stored_reply(sub) if check_store else None)
         if known is not None:
             return Outcome(known)
@@ -489,6 +521,14 @@ def _break_chain(sub: Submission) -> None:
         sub.chain.broken = True
 
 
+def _group_commit_span(batch: list[Submission]) -> contextlib.AbstractContextManager[Any]:
+    """The span of one group commit: a child of its first traced command's span, linked to the
+    others' (one transaction for commands of many traces)."""
+    traced = [c for c in map(tracing.context_of, (sub.span for sub in batch)) if c is not None]
+    parent = traced[0] if traced else None
+    return tracing.span("group commit", parent, traced[1:], commands=len(batch))
+
+
 def busy_reply(retry_after: float, why: str) -> bytes:
     ms = max(1, round(retry_after * 1000))
     return error_reply("busy", f"{why}; nothing was saved; retry in {ms} ms", retry_after_ms=ms)
@@ -551,7 +591,7 @@ class CommandService:
         if busy is not None:
             await self._refuse(parsed.subject, reply_to, busy_reply(*busy))
             return
-        self._queue.append(Submission(parsed, reply_to))
+        self._queue.append(Submission(parsed, reply_to).traced(tracing.current()))
         self._wake.set()
 
     async def _refuse(self, subject: str, reply_to: str | None, reply: bytes) -> None:
@@ -575,7 +615,12 @@ class CommandService:
         if self._closing:
             raise RuntimeError("the hub is shutting down")
         loop = asyncio.get_running_loop()
-        subs = [Submission(c, None, answer=loop.create_future(), chain=chain) for c in commands]
+        subs = [
+            Submission(c, None, answer=loop.create_future(), chain=chain).traced(
+                tracing.of_command(c.command_id) or tracing.current()  # a decision's, a report's
+            )
+            for c in commands
+        ]
         self._inside += subs
         self._wake.set()
         return [orjson.loads(await sub.answer) for sub in subs if sub.answer is not None]
@@ -614,7 +659,8 @@ class CommandService:
         while batch := self._next_batch():
             started = time.perf_counter()
             try:
-                replies, notifications = await self.store.run(self.executor.execute, batch)
+                with _group_commit_span(batch):
+                    replies, notifications = await self.store.run(self.executor.execute, batch)
                 self.commits += 1
                 self.metrics.committed(len(batch), time.perf_counter() - started)
             except Exception:  # the store is unreachable: nothing in this batch was saved
@@ -632,6 +678,7 @@ class CommandService:
                     await self._reply(sub.reply_to, reply)
                 answered = time.perf_counter() - sub.arrived
                 self.metrics.answer(sub.command.subject, outcome(reply), answered)
+                tracing.end(sub.span, ok=reply.startswith(b'{"ok":true'))
 
     async def _reply(self, to: str, reply: bytes) -> None:
         try:

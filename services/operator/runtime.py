@@ -25,12 +25,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from wingsmith.adapters import nats_bus
+from wingsmith.adapters import nats_bus, tracing
 from wingsmith.domain import names, subjects
 from wingsmith.domain.cluster import OperatorInfo
 from wingsmith.domain.contracts import reports
 from wingsmith.domain.deployment import ClusterPhase, DeploymentStatus, StatusCondition
 from wingsmith.domain.replica import SYNC_MAX_REPLICAS
+from wingsmith.services import logs
 from wingsmith.services.operator.metrics import OperatorMetrics, Reconcile
 from wingsmith.services.tasks import Backoff, stop_all, supervise
 
@@ -153,6 +154,7 @@ async def run_operator(
     to date with what the operator refused, `metrics` with what it did."""
     report = Reporter(nc, options.cluster_id)
     stopping = asyncio.Event()
+    logs.bind(cluster_id=options.cluster_id)  # every part's lines name the cluster
     counted = counts if counts is not None else OperatorCounts()
     measured = metrics if metrics is not None else OperatorMetrics(options.cluster_id)
     parts = {
@@ -243,47 +245,75 @@ async def _follow_desired(
     failures: dict[str, int] = {}  # deployment id -> failures in a row
     async for batch in nats_bus.render_batches(nc, cluster_id):
         for delivery in batch:
-            if why := foreign_cluster(cluster_id, delivery.subject, delivery.data):
-                counts.foreign_renders += 1
-                log.error(
-                    "render message %s refused, not for cluster %s: %s (%d refused so far)",
-                    delivery.msg_id,
-                    cluster_id,
-                    why,
-                    counts.foreign_renders,
+            deployment_token = delivery.subject.split(".", 3)[-1]  # its id, as a subject token
+            # the trace of the decision behind the render object: the reports taken while
+            # acting on it carry it back to the hub
+            with (
+                tracing.span(
+                    "operator apply",
+                    tracing.extract(delivery.headers),
+                    cluster_id=cluster_id,
+                    deployment_id=deployment_token,
+                ),
+                logs.context(aggregate="deployment", aggregate_id=deployment_token),
+            ):
+                await _act(
+                    cluster_id, backend, counts, metrics, report, delivery, applied, failures
                 )
-                metrics.reconciled(Reconcile.FOREIGN)
-                await delivery.reject()
-                continue
-            deployment_id = subjects.key_value(delivery.subject.split(".", 3)[3])  # as encoded
-            position = delivery.position
-            if position and position < applied.get(deployment_id, 0):
-                metrics.reconciled(Reconcile.STALE)
-                await delivery.ack()
-                continue
-            desired = orjson.loads(delivery.data) if delivery.data else None
-            try:
-                await backend.apply(deployment_id, desired)
-            except ValueError as e:
-                log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
-                metrics.reconciled(Reconcile.UNRENDERABLE)
-                if desired is not None:
-                    await _report_unrenderable(report, cluster_id, deployment_id, str(e))
-            except Exception as e:
-                log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
-                failures[deployment_id] = failures.get(deployment_id, 0) + 1
-                delay = min(APPLY_AGAIN * 2 ** (failures[deployment_id] - 1), APPLY_AGAIN_CAP)
-                metrics.reconciled(Reconcile.FAILED)
-                await delivery.retry(delay=delay)
-                continue
-            else:
-                metrics.reconciled(Reconcile.APPLIED)
-            failures.pop(deployment_id, None)
-            first = deployment_id not in applied
-            applied[deployment_id] = max(position, applied.get(deployment_id, 0))
-            await delivery.ack()
-            if first:
-                await _sync_one(report, backend, deployment_id)
+
+
+async def _act(
+    cluster_id: str,
+    backend: Backend,
+    counts: OperatorCounts,
+    metrics: OperatorMetrics,
+    report: Reporter,
+    delivery: nats_bus.Delivery,
+    applied: dict[str, int],
+    failures: dict[str, int],
+) -> None:
+    """Act on one render object (see `_follow_desired`)."""
+    if why := foreign_cluster(cluster_id, delivery.subject, delivery.data):
+        counts.foreign_renders += 1
+        log.error(
+            "render message %s refused, not for cluster %s: %s (%d refused so far)",
+            delivery.msg_id,
+            cluster_id,
+            why,
+            counts.foreign_renders,
+        )
+        metrics.reconciled(Reconcile.FOREIGN)
+        await delivery.reject()
+        return
+    deployment_id = subjects.key_value(delivery.subject.split(".", 3)[3])  # as encoded
+    position = delivery.position
+    if position and position < applied.get(deployment_id, 0):
+        metrics.reconciled(Reconcile.STALE)
+        await delivery.ack()
+        return
+    desired = orjson.loads(delivery.data) if delivery.data else None
+    try:
+        await backend.apply(deployment_id, desired)
+    except ValueError as e:
+        log.error("%s: cannot be applied, skipped: %s", deployment_id, e)
+        metrics.reconciled(Reconcile.UNRENDERABLE)
+        if desired is not None:
+            await _report_unrenderable(report, cluster_id, deployment_id, str(e))
+    except Exception as e:
+        log.warning("%s: could not apply: %s: %s", deployment_id, type(e).__name__, e)
+        failures[deployment_id] = failures.get(deployment_id, 0) + 1
+        delay = min(APPLY_AGAIN * 2 ** (failures[deployment_id] - 1), APPLY_AGAIN_CAP)
+        metrics.reconciled(Reconcile.FAILED)
+        await delivery.retry(delay=delay)
+        return
+    else:
+        metrics.reconciled(Reconcile.APPLIED)
+    failures.pop(deployment_id, None)
+    first = deployment_id not in applied
+    applied[deployment_id] = max(position, applied.get(deployment_id, 0))
+    await delivery.ack()
+    if first:
+        await _sync_one(report, backend, deployment_id)
 
 
 async def _report_unrenderable(

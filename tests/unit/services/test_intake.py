@@ -22,6 +22,7 @@ class Settled:
     """Stands in for a JetStream message: records how it was settled."""
 
     how: list[tuple[str, float]] = field(default_factory=list)
+    headers: dict[str, str] | None = None
 
     async def ack(self) -> None:
         self.how.append(("ack", 0.0))
