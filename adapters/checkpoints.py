@@ -7,6 +7,9 @@ latest one lets a projector resume exactly where its state left off; older ones 
 their event times, as starting points for answering a view as of a past time. Checkpoints of
 all projections are written in one transaction.
 
+The scheduler's ledger (`domain/admission.py`) is kept here too, the latest one only, so that
+a restarted hub folds the events since it rather than the whole history.
+
 Retention: the latest two, one per hour of event time for the last two days, and one per day
 before that; an as-of answer then folds at most an hour (a day, further back) of events.
 """
@@ -60,6 +63,10 @@ class CheckpointStore:
             f"state {blob}, streams TEXT, PRIMARY KEY (projection, position))"
         )
         self._add_streams_column()
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS wingsmith_ledger ("
+            f"id INTEGER PRIMARY KEY, position BIGINT, format TEXT, state {blob})"
+        )
 
     def _add_streams_column(self) -> None:
         """Checkpoints written before streams were recorded have no such column: add it (their
@@ -150,6 +157,24 @@ class CheckpointStore:
             orjson.loads(bytes(row[4])),
             row[5] or "",
         )
+
+    def save_ledger(self, position: int, format: str, state: bytes) -> None:
+        """The scheduler's ledger as of `position`, replacing the one before (one is kept:
+        the ledger is never asked for as of a past time)."""
+        p = self._param
+        self._db.execute(
+            f"INSERT INTO wingsmith_ledger VALUES (1, {p}, {p}, {p}) ON CONFLICT (id) DO UPDATE "
+            "SET position = excluded.position, format = excluded.format, state = excluded.state",
+            [position, format, state],
+        )
+
+    def ledger(self, format: str) -> tuple[int, bytes] | None:
+        """The scheduler's latest ledger and its position, if it was saved in `format`."""
+        row = self._db.execute(
+            f"SELECT position, state FROM wingsmith_ledger WHERE id = 1 AND format = {self._param}",
+            [format],
+        ).fetchone()
+        return (row[0], bytes(row[1])) if row is not None else None
 
     def _read_time(self, value: Any) -> datetime:
         return datetime.fromisoformat(value) if self._sqlite else value

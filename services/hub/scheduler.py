@@ -25,6 +25,12 @@ store disagree: it starts over from the store, and leaves that deployment undeci
 event changes it (otherwise the same refusal would start it over for ever). An event it cannot
 fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
 
+Every so often, after a pass, the ledger is saved beside the projections' checkpoints
+(`adapters/checkpoints.py`), with the events of its own decisions still to come back; on
+start, and when it starts over, it resumes from the latest one and folds only what the store
+holds after it. A ledger saved by other code (another version of `domain/`) is not used: the
+whole history is folded instead, once.
+
 On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
 on lost clusters, rebalancing toward preferences) and sends them as placements.
 """
@@ -35,15 +41,19 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import pickle
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client import Histogram
 
+from wingsmith import domain
 from wingsmith.adapters import tracing
 from wingsmith.adapters.dead_letters import Component, SetAside
 from wingsmith.adapters.store import Notification
@@ -81,9 +91,32 @@ DELETED = frozenset({"not_found"})  # a refusal that says the deployment is gone
 PASSING = frozenset({"unavailable", "conflict", "chain_broken"})
 LOOKS_PER_DELAY = 4  # moves are looked for at least this often per their shortest delay
 LOOK_BOUNDS = (0.2, 30.0)  # seconds between looks for moves, at least and at most
+# the ledger is saved after a pass once this many records were folded since the last save, or
+# this many seconds have passed with at least one: a restart folds at most about that much
+CHECKPOINT_RECORDS, CHECKPOINT_SECONDS = 50_000, 60.0
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
+
+
+class Checkpoints(Protocol):
+    """Where the ledger is saved: the latest one, in a format (see `LEDGER_FORMAT`)."""
+
+    async def save(self, position: int, format: str, state: bytes) -> None: ...
+
+    async def latest(self, format: str) -> tuple[int, bytes] | None: ...
+
+
+def _ledger_format() -> str:
+    """What a saved ledger can be read back by: the same pickle protocol, Python and domain
+    code (its classes are what is pickled)."""
+    digest = hashlib.sha256(f"{pickle.HIGHEST_PROTOCOL} {sys.version_info[:2]}".encode())
+    for source in sorted(Path(domain.__file__).parent.rglob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+LEDGER_FORMAT = _ledger_format()
 
 
 class Refused(Exception):
@@ -101,10 +134,13 @@ class Scheduler:
         move_rules: moves.MoveRules | None = None,
         clock: Callable[[], float] = time.monotonic,
         admission_wait: Histogram | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """`published_upto()`: the store position up to which the relay has published, once it
         has caught up with the store. `move_rules`: when placement moves what it placed (None:
-        it never does). `admission_wait`: observes each admission's wait, by device class."""
+        it never does). `admission_wait`: observes each admission's wait, by device class.
+        `checkpoints`: where the ledger is saved and resumed from (None: every start folds the
+        whole history)."""
         self._read, self._execute, self._published_upto = read, execute, published_upto
         self._dead_letters = dead_letters
         self._admission_wait = admission_wait
@@ -130,6 +166,9 @@ class Scheduler:
         # them when deciding, and folding them when they come back, perhaps after later
         # decisions, would take it back in time
         self._own: set[tuple[str, int]] = set()
+        self._checkpoints = checkpoints
+        self._saved = (0, clock())  # the position of the last ledger saved or resumed, and when
+        self.resumed_from = 0  # the position of the ledger the last start resumed from
 
     # -- what the relay hands over ---------------------------------------------------------
 
@@ -167,10 +206,10 @@ class Scheduler:
         await supervise("scheduler", self._follow, logger=log)
 
     async def _follow(self) -> None:
-        self.ledger, self._own, self._retry = Ledger(), set(), set()
         self._wanted, self._moved = {}, {}
         self._overflow()
         self.published_upto = max(self.published_upto, await self._published_upto())
+        self.ledger, self._own, self._retry = await self._resume()
         while await self._catch_up():
             pass
         self._wanted = dict.fromkeys(self.ledger.oldest_first(self.ledger.deployments))
@@ -183,6 +222,48 @@ class Scheduler:
             else:
                 await self._wait()
             await self._work()
+
+    async def _resume(self) -> tuple[Ledger, set[tuple[str, int]], set[str]]:
+        """The latest saved ledger, with its own events still to come back and the workloads
+        to place again; a new one if there is none to use."""
+        saved = await self._checkpoints.latest(LEDGER_FORMAT) if self._checkpoints else None
+        if saved is not None:
+            position, state = saved
+            if position > self.published_upto:  # a store that lost events: it cannot be right
+                log.warning(
+                    "the saved ledger is at position %d, past the store's %d: folding the whole "
+                    "history",
+                    position,
+                    self.published_upto,
+                )
+            else:
+                try:
+                    ledger, own, retry = pickle.loads(state)
+                except Exception as e:
+                    log.warning("the saved ledger cannot be read (%s): folding it all again", e)
+                else:
+                    log.info("resuming admission from the ledger at store position %d", position)
+                    self._saved = (position, self._clock())
+                    self.resumed_from = position
+                    return ledger, own, retry
+        self._saved = (0, self._clock())
+        self.resumed_from = 0
+        return Ledger(), set(), set()
+
+    async def _save(self) -> None:
+        """Save the ledger if enough was folded since the last one (see `CHECKPOINT_RECORDS`)."""
+        position, at = self._saved
+        folded = self.ledger.position - position
+        if self._checkpoints is None or folded <= 0:
+            return
+        if folded < CHECKPOINT_RECORDS and self._clock() - at < CHECKPOINT_SECONDS:
+            return
+        state = pickle.dumps((self.ledger, self._own, self._retry), pickle.HIGHEST_PROTOCOL)
+        self._saved = (self.ledger.position, self._clock())
+        try:
+            await self._checkpoints.save(self.ledger.position, LEDGER_FORMAT, state)
+        except Exception as e:  # admission goes on; the next start folds a little more
+            log.warning("could not save the ledger: %s: %s", type(e).__name__, e)
 
     async def _catch_up(self) -> bool:
         """Fold up to `CATCH_UP_LIMIT` records from the store; False once caught up with what
@@ -273,6 +354,7 @@ class Scheduler:
         self._moved.clear()  # a placement tried again continues no chain
         await self._hand_aside()
         self.position = self.ledger.position
+        await self._save()
 
     def _decide(self, deployment_ids: list[str]) -> list[Decision]:
         return self.ledger.decide_all(deployment_ids, on_error=self._undecidable, skip=self.refused)

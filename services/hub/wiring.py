@@ -143,8 +143,11 @@ async def running_hub(
         liveness: Liveness | None = None
         scheduler: Scheduler | None = None
         if relay is not None and settings.admission:
+            env = store_env(settings.store_url, settings.data_dir)
+            ledgers = LedgerCheckpoints(store, await store.run(CheckpointStore, env))
+            stack.push_async_callback(store.run, ledgers.checkpoints.close)
             scheduler = scheduler_process(
-                store, relay, commands, dead_letters, settings, admission_wait(registry)
+                store, relay, commands, dead_letters, settings, ledgers, admission_wait(registry)
             )
             stages.scheduler_position = lambda: scheduler.position if scheduler else 0
             relay.on_published = scheduler.published
@@ -201,6 +204,7 @@ def scheduler_process(
     commands: CommandService,
     dead_letters: DeadLetters,
     settings: Settings,
+    checkpoints: LedgerCheckpoints | None = None,
     waits: Histogram | None = None,
 ) -> Scheduler:
     """The scheduler beside the relay, reading what it publishes."""
@@ -224,7 +228,22 @@ def scheduler_process(
         dead_letters,
         move_rules=rules,
         admission_wait=waits,
+        checkpoints=checkpoints,
     )
+
+
+@dataclass
+class LedgerCheckpoints:
+    """The scheduler's saved ledger, in the checkpoints' tables, from the store's thread."""
+
+    store: StoreThread
+    checkpoints: CheckpointStore
+
+    async def save(self, position: int, format: str, state: bytes) -> None:
+        await self.store.run(self.checkpoints.save_ledger, position, format, state)
+
+    async def latest(self, format: str) -> tuple[int, bytes] | None:
+        return await self.store.run(self.checkpoints.ledger, format)
 
 
 async def open_writable_store(settings: Settings) -> StoreThread:

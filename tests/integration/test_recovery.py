@@ -1,0 +1,152 @@
+"""A restarted hub resumes admission from the scheduler's saved ledger, over a real store and
+nats-server, and folds only what the store holds after it: the ledger it reaches is the one
+the whole history folds to. A saved ledger it cannot use is passed over, and admission goes on
+from the whole history."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain.admission import Ledger
+from wingsmith.domain.base import split_id
+from wingsmith.services.config import Settings
+from wingsmith.services.hub import scheduler
+from wingsmith.services.hub.relay import event_type
+from wingsmith.services.hub.wiring import Hub, running_hub
+
+from .conftest import seed_deployment, send_until_answered, wait_for
+from .test_admission import decisions, inventory, workload_body
+
+# what the ledger holds that decides who gets devices (its caches and indexes aside)
+DECIDING = (
+    "position",
+    "quota",
+    "total",
+    "held_in_cluster",
+    "held_by_project",
+    "deployments",
+    "replicas",
+    "claimed",
+    "workloads",
+    "reachable",
+    "operated",
+)
+
+
+def whole_history(settings: Settings) -> Ledger:
+    """The ledger folded from every stored event, as a first start folds it."""
+    store = EventStore(store_env(settings.store_url, settings.data_dir))
+    ledger = Ledger()
+    try:
+        for note in store.read(0, 1_000_000):
+            kind = event_type(note.topic)
+            if ledger.folds(kind):
+                _, aggregate_id = split_id(str(note.originator_id))
+                ledger.apply(note.id, kind, aggregate_id, orjson.loads(note.state))
+            ledger.position = max(ledger.position, note.id)
+    finally:
+        store.close()
+    return ledger
+
+
+def deciding(ledger: Ledger) -> dict[str, Any]:
+    return {name: getattr(ledger, name) for name in DECIDING}
+
+
+async def caught_up(hub: Hub) -> None:
+    async def there() -> bool:
+        assert hub.scheduler is not None
+        last = await hub.store.run(hub.store.store.last_position)
+        return hub.scheduler.position >= last
+
+    await wait_for(there, 20, "the scheduler at the store's last position")
+
+
+async def admitted(client: Client, deployment: str, devices: int) -> bool:
+    decided = await decisions(client, deployment)
+    return bool(decided) and (decided[-1]["phase"], decided[-1]["devices"]) == (
+        "admitted",
+        devices,
+    )
+
+
+@pytest.fixture
+def save_after_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler, "CHECKPOINT_SECONDS", 0.0)
+
+
+@pytest.mark.usefixtures("save_after_every_pass")
+async def test_a_restarted_hub_resumes_from_the_saved_ledger_and_reaches_the_same_one(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path, store_url: str
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=store_url, data_dir=tmp_path / "hub")
+    async with running_hub(settings) as hub:
+        deployment = await seed_deployment(client)
+        await inventory(client, 8, "inv-8")
+        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
+        await caught_up(hub)
+        assert hub.scheduler is not None and hub.scheduler.resumed_from == 0  # nothing saved
+        saved = hub.scheduler.position
+
+    async with running_hub(settings) as hub:
+        assert hub.scheduler is not None
+        await caught_up(hub)
+        assert hub.scheduler.resumed_from == saved  # not position 0: the history is not folded
+        # the resumed ledger decides as the whole history would: 6 more fit, then no more
+        body = workload_body(1, replicas=6, cluster="east")
+        assert (await send_until_answered(client, "workload.create", body))["ok"]
+        await wait_for(lambda: admitted(client, "w1--east", 6), 20, "the new workload admitted")
+        body = workload_body(2, replicas=1, cluster="east", command_id="w2")
+        assert (await send_until_answered(client, "workload.create", body))["ok"]
+
+        async def refused() -> bool:
+            decided = await decisions(client, "w2--east")
+            return bool(decided) and decided[-1]["phase"] == "pending"
+
+        await wait_for(refused, 20, "the workload past the quota waiting")
+        await caught_up(hub)
+        assert deciding(hub.scheduler.ledger) == deciding(whole_history(settings))
+
+
+def _other_format(db: Any) -> None:
+    db.execute("UPDATE wingsmith_ledger SET format = 'saved-by-other-code'")
+
+
+def _unreadable(db: Any) -> None:
+    db.execute("UPDATE wingsmith_ledger SET state = ?", [b"not a ledger"])
+
+
+def _past_the_store(db: Any) -> None:
+    db.execute("UPDATE wingsmith_ledger SET position = position + 1000")
+
+
+@pytest.mark.usefixtures("save_after_every_pass")
+@pytest.mark.parametrize("spoil", [_other_format, _unreadable, _past_the_store])
+async def test_a_saved_ledger_it_cannot_use_is_passed_over_for_the_whole_history(
+    nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path, spoil: Any
+) -> None:
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    async with running_hub(settings) as hub:
+        deployment = await seed_deployment(client)
+        await inventory(client, 8, "inv-8")
+        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
+        await caught_up(hub)
+    with sqlite3.connect(settings.data_dir / "events.sqlite") as db:
+        spoil(db)
+    async with running_hub(settings) as hub:
+        assert hub.scheduler is not None
+        await caught_up(hub)
+        assert hub.scheduler.resumed_from == 0
+        body = workload_body(1, replicas=6, cluster="east")
+        assert (await send_until_answered(client, "workload.create", body))["ok"]
+        await wait_for(lambda: admitted(client, "w1--east", 6), 20, "the new workload admitted")
+        await caught_up(hub)
+        assert deciding(hub.scheduler.ledger) == deciding(whole_history(settings))
