@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/cli.py
 

@@ -81,6 +81,7 @@ async def admitted(client: Client, deployment: str, devices: int) -> bool:
 @pytest.fixture
 def save_after_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(scheduler, "SAVE_SHARE", 0)
 
 
 @pytest.mark.usefixtures("save_after_every_pass")
