@@ -1,6 +1,7 @@
 """The metrics' pure parts: a reply's outcome read without decoding it, device-seconds
 integrated over time, and the compose file's Prometheus and Grafana pointing at files that
-exist and scrape every process that serves metrics."""
+exist and scrape every process that serves metrics, and the operators of one process sharing
+one registry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import yaml
 
 from wingsmith.services.hub.metrics import DeviceSeconds
 from wingsmith.services.hub.service import _ok_reply, busy_reply, error_reply, outcome
+from wingsmith.services.metrics import new_registry
+from wingsmith.services.operator.metrics import OperatorMetrics, Reconcile
 
 ROOT = Path(__file__).parents[3]
 
@@ -79,3 +82,17 @@ def test_prometheus_scrapes_every_process_that_serves_metrics() -> None:
         if "WINGSMITH_API_LISTEN" in env:  # the API serves /metrics beside itself
             serving.add(f"{name}:{env['WINGSMITH_API_LISTEN'].rpartition(':')[2]}")
     assert serving == targets
+
+
+def test_operators_of_one_process_share_a_registry_each_with_its_own_series() -> None:
+    registry = new_registry()  # `wingsmith up --simulated east=… --simulated west=…`
+    east, west = OperatorMetrics("east", registry), OperatorMetrics("west", registry)
+    east.reconciled(Reconcile.APPLIED)
+    west.reconciled(Reconcile.APPLIED)
+    west.reconciled(Reconcile.APPLIED)
+
+    def applied(cluster: str) -> float | None:
+        labels = {"cluster": cluster, "outcome": "applied"}
+        return registry.get_sample_value("wingsmith_operator_reconciles_total", labels)
+
+    assert (applied("east"), applied("west")) == (1.0, 2.0)
