@@ -78,6 +78,24 @@ async def admitted(client: Client, deployment: str, devices: int) -> bool:
     )
 
 
+async def first_life(settings: Settings, client: Client) -> int:
+    """A hub's first run: a deployment admitted, its ledger saved; the position saved at."""
+    async with running_hub(settings) as hub:
+        deployment = await seed_deployment(client)
+        await inventory(client, 8, "inv-8")
+        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
+        await caught_up(hub)
+        assert hub.scheduler is not None and hub.scheduler.resumed_from == 0  # nothing saved
+        return hub.scheduler.position
+
+
+async def admit_six_more(hub: Hub, client: Client) -> None:
+    """A new workload of 6 replicas on east, which the quota left room for, admitted."""
+    body = workload_body(1, replicas=6, cluster="east")
+    assert (await send_until_answered(client, "workload.create", body))["ok"]
+    await wait_for(lambda: admitted(client, "w1--east", 6), 20, "the new workload admitted")
+
+
 @pytest.fixture
 def save_after_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler, "CHECKPOINT_SECONDS", 0.0)
@@ -89,22 +107,14 @@ async def test_a_restarted_hub_resumes_from_the_saved_ledger_and_reaches_the_sam
     nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path, store_url: str
 ) -> None:
     settings = Settings(nats_url=nats_server.url, store_url=store_url, data_dir=tmp_path / "hub")
-    async with running_hub(settings) as hub:
-        deployment = await seed_deployment(client)
-        await inventory(client, 8, "inv-8")
-        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
-        await caught_up(hub)
-        assert hub.scheduler is not None and hub.scheduler.resumed_from == 0  # nothing saved
-        saved = hub.scheduler.position
+    saved = await first_life(settings, client)
 
     async with running_hub(settings) as hub:
         assert hub.scheduler is not None
         await caught_up(hub)
         assert hub.scheduler.resumed_from == saved  # not position 0: the history is not folded
         # the resumed ledger decides as the whole history would: 6 more fit, then no more
-        body = workload_body(1, replicas=6, cluster="east")
-        assert (await send_until_answered(client, "workload.create", body))["ok"]
-        await wait_for(lambda: admitted(client, "w1--east", 6), 20, "the new workload admitted")
+        await admit_six_more(hub, client)
         body = workload_body(2, replicas=1, cluster="east", command_id="w2")
         assert (await send_until_answered(client, "workload.create", body))["ok"]
 
@@ -135,19 +145,13 @@ async def test_a_saved_ledger_it_cannot_use_is_passed_over_for_the_whole_history
     nats_server: EmbeddedNatsServer, client: Client, tmp_path: Path, spoil: Any
 ) -> None:
     settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
-    async with running_hub(settings) as hub:
-        deployment = await seed_deployment(client)
-        await inventory(client, 8, "inv-8")
-        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
-        await caught_up(hub)
+    await first_life(settings, client)
     with sqlite3.connect(settings.data_dir / "events.sqlite") as db:
         spoil(db)
     async with running_hub(settings) as hub:
         assert hub.scheduler is not None
         await caught_up(hub)
         assert hub.scheduler.resumed_from == 0
-        body = workload_body(1, replicas=6, cluster="east")
-        assert (await send_until_answered(client, "workload.create", body))["ok"]
-        await wait_for(lambda: admitted(client, "w1--east", 6), 20, "the new workload admitted")
+        await admit_six_more(hub, client)
         await caught_up(hub)
         assert deciding(hub.scheduler.ledger) == deciding(whole_history(settings))
