@@ -27,6 +27,8 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoder,
 )
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel
 
@@ -35,6 +37,7 @@ from wingsmith.domain.base import Aggregate, Event, replay
 __all__ = [
     "Conflict",
     "EventStore",
+    "Fenced",
     "NotWritable",
     "Notification",
     "StoreThread",
@@ -115,13 +118,18 @@ def store_env(url: str | None, data_dir: Path) -> dict[str, str]:
     if url is None or url.startswith("sqlite:"):
         path = urlparse(url).path if url else str(data_dir / "events.sqlite")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return env | {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path}
+        return env | {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "APPLICATION_RECORDER_TOPIC": get_topic(_FencedSQLiteRecorder),
+            "SQLITE_DBNAME": path,
+        }
     parts = urlparse(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ValueError(f"WINGSMITH_STORE: unsupported scheme {parts.scheme!r}")
     query = parse_qs(parts.query)
     env |= {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "APPLICATION_RECORDER_TOPIC": get_topic(_FencedPostgresRecorder),
         "POSTGRES_DBNAME": parts.path.lstrip("/") or "postgres",
         "POSTGRES_HOST": parts.hostname or "127.0.0.1",
         "POSTGRES_PORT": str(parts.port or 5432),
@@ -170,6 +178,52 @@ class Conflict(Exception):
     """Another writer stored one of these aggregate versions first; nothing was saved."""
 
 
+class Fenced(Exception):
+    """A save under a fencing token the store has moved past: a newer lease holder fenced
+    the store; nothing was saved."""
+
+
+# The store's fence: the fencing token of the hub that holds the lease
+# (services/hub/lease.py), in a table of its own beside the events. A save made under a token
+# checks it in the transaction that inserts the events, so once a newer holder has raised it,
+# no save of an older one can commit, however late it arrives.
+FENCE_TABLE = "wingsmith_fence"
+
+
+def _fence_check(cursor: Any, table: str, token: int | None, lock: str = "") -> None:
+    if token is None:
+        return
+    try:
+        cursor.execute(f"SELECT token FROM {table} WHERE id = 1{lock}")
+        row = cursor.fetchone()
+    except (sqlite3.OperationalError, psycopg.errors.UndefinedTable):  # never fenced
+        row = None
+    stored = None if row is None else (row["token"] if isinstance(row, dict) else row[0])
+    if stored != token:
+        raise Fenced(f"the store is fenced at token {stored}, not {token}")
+
+
+class _FencedSQLiteRecorder(SQLiteApplicationRecorder):
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        # after the inserts: the transaction holds the database's write lock by then, so no
+        # other writer (a new holder raising the fence) can commit before it ends
+        _fence_check(c, FENCE_TABLE, kwargs.get("fence"))
+        return ids
+
+
+class _FencedPostgresRecorder(PostgresApplicationRecorder):
+    def _insert_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        super()._insert_events(curs, stored_events, **kwargs)
+        # a share lock on the fence's row until commit: raising it waits for this transaction
+        table = f'"{self.datastore.schema}".{FENCE_TABLE}'
+        _fence_check(curs, table, kwargs.get("fence"), " FOR SHARE")
+
+
 class NotWritable(RuntimeError):
     """The store refuses writes: a read-only file or directory, a read-only database user or
     server, a full disk."""
@@ -186,14 +240,39 @@ class EventStore:
         self._app = _Wingsmith(env=env)  # keep the reference: dropping it closes the pool
         self._recorder = self._app.recorder
 
-    def save(self, events: Sequence[Event]) -> list[Notification]:
-        """Append events in one transaction; `IntegrityError` when a version is taken."""
+    def save(self, events: Sequence[Event], fence: int | None = None) -> list[Notification]:
+        """Append events in one transaction; `Conflict` when a version is taken. With a
+        `fence`, only if the store's fence is at that token (`Fenced` if not)."""
         if not events:
             return []
         try:
-            return [r.notification for r in self._app.events.put(events)]
+            return [r.notification for r in self._app.events.put(events, fence=fence)]
         except IntegrityError as e:
             raise Conflict(str(e)) from e
+
+    def fence(self, token: int) -> int:
+        """Raise the store's fence to `token` (never lower it); the fence as it then stands.
+        Waits for saves under the fence as it stood to commit or roll back."""
+        datastore: Any = self._recorder.datastore  # type: ignore[attr-defined]
+        table = self._table(FENCE_TABLE)
+        with datastore.transaction(commit=True) as cursor:
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, token BIGINT)"
+            )
+        with datastore.transaction(commit=True) as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} VALUES (1, {int(token)}) ON CONFLICT (id) DO UPDATE "
+                f"SET token = excluded.token WHERE {table}.token < excluded.token"
+            )
+            cursor.execute(f"SELECT token FROM {table} WHERE id = 1")
+            row = cursor.fetchone()
+        return int(row["token"] if isinstance(row, dict) else row[0])
+
+    def _table(self, name: str) -> str:
+        """A table of ours, in the PostgreSQL store's schema."""
+        datastore: Any = self._recorder.datastore  # type: ignore[attr-defined]
+        schema = getattr(datastore, "schema", None)
+        return f'"{schema}".{name}' if schema else name
 
     def history(self, aggregate_id: str) -> list[Event]:
         return list(self._app.events.get(aggregate_id))  # type: ignore[arg-type]
@@ -230,8 +309,7 @@ class EventStore:
         command's events are written; `NotWritable` says why not. Opening a SQLite file that
         cannot be written succeeds, and so do reads: only a write tells."""
         datastore: Any = self._recorder.datastore  # type: ignore[attr-defined]
-        schema = getattr(datastore, "schema", None)  # PostgreSQL: the store's own schema
-        table = f'"{schema}".wingsmith_probe' if schema else "wingsmith_probe"
+        table = self._table("wingsmith_probe")
         try:
             with datastore.transaction(commit=True) as cursor:
                 cursor.execute(

@@ -77,6 +77,9 @@ STREAMS = (EVENTS_STREAM, RENDER_STREAM, OBS_STREAM, VIEWS_STREAM, DEAD_STREAM)
 BUCKET_PREFIX = "wingsmith_"
 PROGRESS_BUCKET = f"{BUCKET_PREFIX}projector"  # the projector's progress, under PROGRESS_KEY
 PROGRESS_KEY = "position"
+LEASE_BUCKET = (
+    f"{BUCKET_PREFIX}lease"  # which hub runs the one-per-store roles (docs/operations.md)
+)
 KV_STREAM_PREFIX = "KV_"
 
 

@@ -76,7 +76,8 @@ class Settings:
     data_dir: Path
     max_command_bytes: int = 64 * 1024
     operator_read_only: bool = False
-    relay: bool = True
+    relay: bool = True  # prefer the one-per-store roles (False: take them only after others)
+    lease_seconds: float = 5.0  # how long a silent holder's lease stands (services/hub/lease.py)
     projector: bool = True  # `up` starts the projector process
     admission: bool = True  # the hub with the relay runs the admission process
     stream_replicas: int = 1

@@ -184,6 +184,7 @@ class Environment(BaseSettings):
         "WINGSMITH_OPERATOR_READ_ONLY", None
     )
     no_relay: Annotated[bool, _switch(False)] = _var("WINGSMITH_NO_RELAY", False)
+    lease_seconds: Annotated[float, _number(1, 300)] = _var("WINGSMITH_LEASE_SECONDS", 5.0)
     projector: Annotated[bool, _switch(True)] = _var("WINGSMITH_PROJECTOR", True)
     admission: Annotated[bool, _switch(True)] = _var("WINGSMITH_ADMISSION", True)
     stream_replicas: Annotated[int, _read(_replicas)] = _var("WINGSMITH_STREAM_REPLICAS", 1)

@@ -23,6 +23,7 @@ class Status(StrEnum):
 class Stage(StrEnum):
     MONITOR = "monitor"
     STORE = "store"
+    LEASE = "lease"
     RELAY = "relay"
     PROJECTOR = "projector"
     SCHEDULER = "scheduler"

@@ -101,10 +101,12 @@ class HubCollector(Collector):
         self,
         positions: Callable[[], Mapping[str, int]],
         silences: Callable[[], Mapping[str, float]] | None = None,
+        token: Callable[[], int | None] | None = None,
     ) -> None:
         """`positions()`: by stage (stored, relayed, scheduled, projected) the store position
-        it has reached; `silences()`: by cluster, seconds since its operator was heard."""
-        self._positions, self._silences = positions, silences
+        it has reached; `silences()`: by cluster, seconds since its operator was heard;
+        `token()`: the lease's fencing token while this hub holds it, else None."""
+        self._positions, self._silences, self._token = positions, silences, token
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         positions = self._positions()
@@ -125,6 +127,12 @@ class HubCollector(Collector):
                 lag.add_metric([stage], max(stored - position, 0))
         yield at
         yield lag
+        if self._token is not None:
+            yield GaugeMetricFamily(
+                "wingsmith_lease_held",
+                "1 on the hub that holds the lease and runs the one-per-store roles, else 0.",
+                value=int(self._token() is not None),
+            )
         if self._silences is not None:
             age = GaugeMetricFamily(
                 "wingsmith_cluster_heartbeat_age_seconds",

@@ -72,6 +72,7 @@ class Stages:
     projector_progress: Callable[[], Awaitable[dict[str, Any] | None]] | None = None
     dead_letters_stored: Callable[[], Awaitable[dict[str, int]]] | None = None
     dead_letters: DeadLetters | None = None  # this hub's own, for the latest one
+    lease: Callable[[], tuple[Status, str]] | None = None  # whether this hub holds it
 
 
 @dataclass
@@ -157,6 +158,9 @@ class HealthMonitor:
 
     def report(self) -> HealthReport:
         checks = [self._monitor(), self._store()]
+        if self.stages.lease is not None:
+            status, detail = self.stages.lease()
+            checks.append(Check(stage=Stage.LEASE, status=status, detail=detail))
         relay = self.stages.relay
         if relay is not None:
             checks.append(self._relay(relay))

@@ -29,7 +29,7 @@ import orjson
 from pydantic import ValidationError
 
 from wingsmith.adapters import tracing
-from wingsmith.adapters.store import Conflict, EventStore, Notification, StoreThread
+from wingsmith.adapters.store import Conflict, EventStore, Fenced, Notification, StoreThread
 from wingsmith.domain import names
 from wingsmith.domain.base import Aggregate, Cause, DomainError, Event, replay, split_id
 from wingsmith.domain.commands import COMMANDS, Command, reserved_prefix
@@ -161,6 +161,7 @@ class Submission:
     digest: str = ""
     answer: asyncio.Future[bytes] | None = None  # for commands from inside the hub
     chain: Chain | None = None
+    fence: int | None = None  # saved only while the store's fence is at this token
     arrived: float = field(default_factory=time.perf_counter)
     span: Any = None  # its trace span, from its arrival to its reply (None: tracing is off)
 
@@ -350,12 +351,18 @@ class Executor:
         uow = UnitOfWork(self.store, self.cache, self.classes)
         firsts: dict[str, int] = {}
         outcomes: list[Outcome | int] = []
+        fences = {sub.fence for sub in batch if sub.fence is not None}
+        if len(fences) > 1:  # a lease lost and taken again: each under its own token
+            return self._one_by_one(batch)
         for i, sub in enumerate(batch):
             outcomes.append(self._decide_once(uow, sub, i, firsts, outcomes))
         try:
-            notifications = self.store.save(uow.events())
+            notifications = self.store.save(uow.events(), fence=next(iter(fences), None))
         except Conflict:
             self.conflicts += 1
+            uow.discard()
+            return self._one_by_one(batch)
+        except Fenced:  # the fenced commands are refused; the others are saved without them
             uow.discard()
             return self._one_by_one(batch)
         uow.committed()
@@ -490,11 +497,21 @@ class Executor:
                 uow = UnitOfWork(self.store, self.cache, self.classes)
                 outcome = self._decide(uow, sub, check_store=True)
                 try:
-                    notifications += self.store.save(uow.events())
+                    notifications += self.store.save(uow.events(), fence=sub.fence)
                 except Conflict:
                     self.conflicts += 1
                     uow.discard()
                     continue
+                except Fenced as e:
+                    log.warning(
+                        "command %s refused: another hub holds the lease now (%s)",
+                        sub.command.command_id,
+                        e,
+                    )
+                    uow.discard()
+                    _break_chain(sub)
+                    replies.append(_FENCED)
+                    break
                 except Exception:
                     log.exception("store failed on command %s", sub.command.command_id)
                     uow.discard()
@@ -511,6 +528,9 @@ class Executor:
 
 
 _UNAVAILABLE = error_reply("unavailable", "the event store failed; nothing was saved; retry")
+_FENCED = error_reply(
+    "fenced", "another hub holds the lease now: this hub's one-per-store roles stopped"
+)
 _BROKEN_CHAIN = error_reply(
     "chain_broken", "an earlier command this one depends on was refused; nothing was saved"
 )
@@ -600,23 +620,25 @@ class CommandService:
         if reply_to:
             await self._reply(reply_to, reply)
 
-    async def execute(self, command: Command) -> dict[str, Any]:
+    async def execute(self, command: Command, fence: int | None = None) -> dict[str, Any]:
         """Run a command from inside the hub (liveness, observations) in the next batch, as
         if it had come over NATS, and return the reply."""
-        [reply] = await self.execute_all([command])
+        [reply] = await self.execute_all([command], fence=fence)
         return reply
 
     async def execute_all(
-        self, commands: list[Command], chain: Chain | None = None
+        self, commands: list[Command], chain: Chain | None = None, fence: int | None = None
     ) -> list[dict[str, Any]]:
         """Run commands from inside the hub together, in order, ahead of clients' commands
         (as few group commits as the batch size allows), and return their replies. With a
-        `chain`, none applies after one is refused (see `Chain`)."""
+        `chain`, none applies after one is refused (see `Chain`); with a `fence`, they are
+        saved only while the store's fence stands at that token (the lease's: else they are
+        answered `fenced`)."""
         if self._closing:
             raise RuntimeError("the hub is shutting down")
         loop = asyncio.get_running_loop()
         subs = [
-            Submission(c, None, answer=loop.create_future(), chain=chain).traced(
+            Submission(c, None, answer=loop.create_future(), chain=chain, fence=fence).traced(
                 tracing.of_command(c.command_id) or tracing.current()  # a decision's, a report's
             )
             for c in commands

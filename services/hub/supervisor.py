@@ -149,15 +149,16 @@ class Supervisor:
         s = self._status
         self._status = ChildStatus(s.name, state, pid, s.restarts, s.last_exit, _now())
 
-    async def stop(self) -> None:
-        """Ask the child to finish (SIGTERM), kill it after `STOP_GRACE` seconds, and end the
-        task `start` made instead of starting the child again."""
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        """Ask the child to finish (SIGTERM), kill it after `grace` seconds (at once: 0), and
+        end the task `start` made instead of starting the child again."""
         self._stopping = True
         process = self._process
         if process is not None and process.returncode is None:
-            process.terminate()
+            if grace > 0:
+                process.terminate()
             try:
-                async with asyncio.timeout(STOP_GRACE):
+                async with asyncio.timeout(grace):
                     await process.wait()
             except TimeoutError:
                 process.kill()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -18,6 +20,7 @@ from wingsmith.adapters import nats_bus
 from wingsmith.adapters.checkpoints import CheckpointStore
 from wingsmith.adapters.dead_letters import DeadLetters
 from wingsmith.adapters.dead_letters import stored as dead_letters_stored
+from wingsmith.adapters.lease import NatsLease
 from wingsmith.adapters.nats_auth import PASSWORD_VARIABLE, USER_VARIABLE
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import Notification, NotWritable, StoreThread, store_env
@@ -28,6 +31,7 @@ from wingsmith.services.config import Settings, connect
 from wingsmith.services.hub.backpressure import Backlog, Backpressure
 from wingsmith.services.hub.ingest import Buckets, RateLimit, ingest
 from wingsmith.services.hub.janitor import hub_janitor
+from wingsmith.services.hub.lease import Leadership, LeaseLost, LeaseTiming, holder_name
 from wingsmith.services.hub.liveness import Liveness
 from wingsmith.services.hub.metrics import (
     CommandMetrics,
@@ -52,6 +56,19 @@ log = logging.getLogger(__name__)
 DEVICE_SECONDS_EVERY = 1.0  # seconds between samples of the devices held, for device-seconds
 COMMANDS_DRAIN = 30.0  # seconds the command service gets to answer what it holds, at shutdown
 RELAY_DRAIN = 10.0  # seconds the relay gets to publish what was stored, at shutdown
+FIRST_TAKE = 5.0  # seconds a starting hub gives the lease (to take it, or see who holds it)
+
+
+@dataclass
+class Roles:
+    """The roles one hub per store runs, while it holds the lease (services/hub/lease.py)."""
+
+    relay: Relay
+    backpressure: Backpressure
+    projector: Supervisor | None = None
+    scheduler: Scheduler | None = None
+    liveness: Liveness | None = None
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # until they stop
 
 
 @dataclass
@@ -60,15 +77,31 @@ class Hub:
     nc: nats_bus.Connection
     store: StoreThread
     commands: CommandService
-    relay: Relay | None
-    projector: Supervisor | None
     health: HealthMonitor
     tasks: list[asyncio.Task[None]]  # run until shutdown; one ending early is a failure
     # what the hub's stages (scheduler, observation intake) set aside; the projector, in its
     # own process, keeps its own (both are on WINGSMITH_DEAD: `dead_letters.stored`)
     dead_letters: DeadLetters
     registry: CollectorRegistry  # its metrics (services/hub/metrics.py)
-    scheduler: Scheduler | None = None  # its `position`: folded and decided up to there
+    leadership: Leadership
+    one_per_store: OnePerStore
+
+    @property
+    def roles(self) -> Roles | None:
+        """What this hub runs of the one-per-store roles (None: another hub holds the lease)."""
+        return self.one_per_store.running
+
+    @property
+    def relay(self) -> Relay | None:
+        return self.roles.relay if self.roles else None
+
+    @property
+    def projector(self) -> Supervisor | None:
+        return self.roles.projector if self.roles else None
+
+    @property
+    def scheduler(self) -> Scheduler | None:  # its `position`: folded and decided up to there
+        return self.roles.scheduler if self.roles else None
 
 
 @contextlib.asynccontextmanager
@@ -89,9 +122,10 @@ async def embedded_or_given_nats(settings: Settings) -> AsyncIterator[str]:
 async def running_hub(
     settings: Settings, registry: CollectorRegistry | None = None
 ) -> AsyncIterator[Hub]:
-    """Serve commands until the block ends; then stop intake, answer what was queued, let the
-    relay publish what was committed, and close. Its metrics go in `registry` (by default
-    one of its own: `Hub.registry`)."""
+    """Serve commands until the block ends, and run the one-per-store roles whenever this hub
+    holds the lease; then stop intake, answer what was queued, let the relay publish what was
+    committed, release the lease and close. Its metrics go in `registry` (by default one of
+    its own: `Hub.registry`)."""
     registry = registry if registry is not None else new_registry()
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(owning(settings.data_dir))  # before anything there is touched
@@ -101,82 +135,46 @@ async def running_hub(
         nc = await connect(settings, "wingsmith-hub", url)
         stack.push_async_callback(nc.close)
         await _ensure_streams(nc, settings)
+        lease = await NatsLease.open(nc, settings.stream_replicas)
 
         dead_letters = DeadLetters(nc)
-        relay: Relay | None = None
-        backpressure: Backpressure | None = None
-        projector: Supervisor | None = None
-        on_committed: Callable[[list[Notification]], None] = _ignore
-        if settings.relay:  # one hub per store runs the relay and the projector
-            publisher = nats_bus.EventPublisher(nc)
-            await publisher.start()
-            stack.push_async_callback(publisher.close)
-            relay = Relay(store, publisher)
-            backpressure = Backpressure(Backlog(), max_lag=settings.intake_max_lag)
-            on_committed = _both(relay.feed, backpressure.backlog.committed)
-            # the follower clients wait for: the scheduler when it runs (set below), else the relay
-            backpressure.backlog.handled = lambda: relay.position if relay else 0
-            if settings.projector:
-                projector = await stack.enter_async_context(supervised_projector(url, settings))
         commands = CommandService(
             store,
             nats_bus.NatsPublisher(nc),
-            on_committed,
+            _ignore,
             settings.max_command_bytes,
-            backpressure,
-            CommandMetrics(registry),
+            metrics=CommandMetrics(registry),
         )
-        tasks = {"commands": asyncio.create_task(commands.run(), name="wingsmith-commands")}
         stages = Stages(
             store,
-            relay,
-            projector=projector,
             dead_letters_stored=lambda: dead_letters_stored(nc),
             dead_letters=dead_letters,  # for the latest one this hub set aside
         )
-        if projector is not None:
-            stages.projector_progress = lambda: nats_bus.projector_progress(nc)
-            assert projector.task is not None
-            tasks["projector"] = projector.task
-        if relay is not None:
-            tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
-        liveness: Liveness | None = None
-        scheduler: Scheduler | None = None
-        if relay is not None and settings.admission:
-            env = store_env(settings.store_url, settings.data_dir)
-            ledgers = LedgerCheckpoints(store, await store.run(CheckpointStore, env))
-            stack.push_async_callback(store.run, ledgers.checkpoints.close)
-            scheduler = scheduler_process(
-                store, relay, commands, dead_letters, settings, ledgers, admission_wait(registry)
-            )
-            stages.scheduler_position = lambda: scheduler.position if scheduler else 0
-            relay.on_published = scheduler.published
-            if backpressure is not None:  # the scheduler follows the relay: its lag is the hub's
-                backpressure.backlog.handled = lambda: scheduler.position if scheduler else 0
-            tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="wingsmith-scheduler")
-            liveness = Liveness(
-                commands.execute,
-                lambda: scheduler.ledger.reachability(),
-                settings.cluster_silence,
-            )
-            tasks["liveness"] = asyncio.create_task(liveness.run(), name="wingsmith-liveness")
-        if relay is not None:  # observations are handled in one place, in publication order
-            observations = ingest(
-                lambda: nats_bus.observation_batches(nc),
-                commands.execute,
-                liveness.heard if liveness else lambda cluster_id: None,
-                dead_letters,
-                Buckets(RateLimit(settings.observation_rate, settings.observation_burst)),
-            )
-            tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
-        if relay is not None and settings.consumer_sweep:  # deletes readers' lasting consumers
-            janitor = hub_janitor(nc, settings.consumer_sweep)
-            tasks["consumer-sweep"] = await stack.enter_async_context(janitor.running())
+        one_per_store = OnePerStore(
+            settings, url, nc, store, commands, dead_letters, stages, admission_wait(registry)
+        )
+        leadership = Leadership(
+            lease,
+            holder_name(settings.data_dir),
+            one_per_store.run,
+            LeaseTiming(settings.lease_seconds),
+            prefer=settings.relay,
+        )
+        stages.lease = leadership.check
         health = HealthMonitor(stages, settings.health)
-        collector = HubCollector(health.store_positions, liveness.silences if liveness else None)
+        collector = HubCollector(
+            health.store_positions, one_per_store.silences, lambda: leadership.token
+        )
         registry.register(collector)
         stack.callback(registry.unregister, collector)
-        tasks["health"] = asyncio.create_task(health.run(), name="wingsmith-health")
+        tasks = {
+            "commands": asyncio.create_task(commands.run(), name="wingsmith-commands"),
+            "health": asyncio.create_task(health.run(), name="wingsmith-health"),
+        }
+        leading = asyncio.create_task(leadership.run(), name="wingsmith-lease")
+        with contextlib.suppress(TimeoutError):  # start with the roles if it takes them at once
+            async with asyncio.timeout(FIRST_TAKE):
+                await leadership.settled.wait()
         subscription = await nats_bus.subscribe_commands(
             nc, _answering_health(health, nats_bus.NatsPublisher(nc), commands.submit)
         )
@@ -186,22 +184,153 @@ async def running_hub(
                 nc,
                 store,
                 commands,
-                relay,
-                projector,
                 health,
-                list(tasks.values()),
+                [*tasks.values(), leading],
                 dead_letters,
                 registry,
-                scheduler,
+                leadership,
+                one_per_store,
             )
         finally:
-            await _shut_down(subscription, commands, relay, tasks)
+            await _shut_down(subscription, commands, one_per_store, leadership, leading, tasks)
+
+
+@dataclass
+class OnePerStore:
+    """Starts and stops the roles one hub per store runs: the relay, the projector, the
+    scheduler, liveness, report intake and the consumer sweep (`WINGSMITH_PROJECTOR` and
+    `WINGSMITH_ADMISSION` leave some out)."""
+
+    settings: Settings
+    url: str
+    nc: nats_bus.Connection
+    store: StoreThread
+    commands: CommandService
+    dead_letters: DeadLetters
+    stages: Stages
+    waits: Histogram  # admission wait, made once: a registry takes a family once
+    running: Roles | None = None
+
+    def silences(self) -> dict[str, float]:
+        liveness = self.running.liveness if self.running else None
+        return liveness.silences() if liveness else {}
+
+    @contextlib.asynccontextmanager
+    async def run(self, token: int) -> AsyncIterator[dict[str, asyncio.Task[None]]]:
+        """Run the roles under fencing token `token` while the block runs; stop them when it
+        ends (at once, without waiting for the relay to drain, when it ends with LeaseLost)."""
+        fence = await self.store.run(self.store.store.fence, token)
+        if fence != token:
+            raise LeaseLost(f"the store is fenced at token {fence}, past this hub's {token}")
+        async with contextlib.AsyncExitStack() as stack:
+            roles = await self._start(stack, token)
+            self.running = roles
+            graceful = True
+            try:
+                yield roles.tasks
+            except LeaseLost:
+                graceful = False
+                raise
+            finally:
+                await self._stop(roles, graceful=graceful)
+                self.running = None
+
+    async def _start(self, stack: contextlib.AsyncExitStack, token: int) -> Roles:
+        settings, store, commands = self.settings, self.store, self.commands
+        publisher = nats_bus.EventPublisher(self.nc)
+        await publisher.start()
+        stack.push_async_callback(publisher.close)
+        relay = Relay(store, publisher)
+        roles = Roles(relay, Backpressure(Backlog(), max_lag=settings.intake_max_lag))
+        backlog = roles.backpressure.backlog
+        # the follower clients wait for: the scheduler when it runs (set below), else the relay
+        backlog.handled = lambda: relay.position
+        if settings.projector:
+            roles.projector = await stack.enter_async_context(
+                supervised_projector(self.url, settings)
+            )
+            assert roles.projector.task is not None
+            roles.tasks["projector"] = roles.projector.task
+        roles.tasks["relay"] = asyncio.create_task(relay.run(), name="wingsmith-relay")
+        execute = functools.partial(commands.execute, fence=token)
+        if settings.admission:
+            env = store_env(settings.store_url, settings.data_dir)
+            ledgers = LedgerCheckpoints(store, await store.run(CheckpointStore, env))
+            stack.push_async_callback(store.run, ledgers.checkpoints.close)
+            execute_all = functools.partial(commands.execute_all, fence=token)
+            scheduler = scheduler_process(
+                store, relay, execute_all, self.dead_letters, settings, ledgers, self.waits
+            )
+            roles.scheduler = scheduler
+            relay.on_published = scheduler.published
+            backlog.handled = lambda: scheduler.position  # it follows the relay: its lag counts
+            roles.tasks["scheduler"] = asyncio.create_task(
+                scheduler.run(), name="wingsmith-scheduler"
+            )
+            roles.liveness = liveness = Liveness(
+                execute, lambda: scheduler.ledger.reachability(), settings.cluster_silence
+            )
+            roles.tasks["liveness"] = asyncio.create_task(liveness.run(), name="wingsmith-liveness")
+        # observations are handled in one place, in publication order
+        observations = ingest(
+            lambda: nats_bus.observation_batches(self.nc),
+            execute,
+            roles.liveness.heard if roles.liveness else lambda cluster_id: None,
+            self.dead_letters,
+            Buckets(RateLimit(settings.observation_rate, settings.observation_burst)),
+        )
+        roles.tasks["ingest"] = asyncio.create_task(observations, name="wingsmith-ingest")
+        if settings.consumer_sweep:  # deletes readers' lasting consumers
+            janitor = hub_janitor(self.nc, settings.consumer_sweep)
+            roles.tasks["consumer-sweep"] = await stack.enter_async_context(janitor.running())
+        commands.on_committed = _both(relay.feed, backlog.committed)
+        commands.backpressure = roles.backpressure
+        self._watch(roles)
+        return roles
+
+    def _watch(self, roles: Roles | None) -> None:
+        """Point the health monitor at the roles (None: at none)."""
+        stages = self.stages
+        stages.relay = roles.relay if roles else None
+        stages.projector = roles.projector if roles else None
+        scheduler = roles.scheduler if roles else None
+        stages.scheduler_position = (lambda: scheduler.position) if scheduler else None
+        stages.projector_progress = (
+            (lambda: nats_bus.projector_progress(self.nc)) if roles and roles.projector else None
+        )
+
+    async def stop_senders(self) -> None:
+        """Stop the roles that send commands (before the command service closes)."""
+        if self.running is not None:
+            for name in SENDERS:
+                if name in self.running.tasks:
+                    await cancel_and_wait(self.running.tasks[name])
+
+    async def _stop(self, roles: Roles, *, graceful: bool) -> None:
+        """Stop the roles. Gracefully, the relay first publishes what was committed; at once
+        (the lease lost), nothing waits and the projector is killed."""
+        self._watch(None)
+        self.commands.on_committed, self.commands.backpressure = _ignore, None
+        for name in (*SENDERS, "consumer-sweep"):
+            if name in roles.tasks:
+                await cancel_and_wait(roles.tasks[name])
+        relay = roles.tasks["relay"]
+        if graceful and not relay.done():
+            with contextlib.suppress(TimeoutError):  # an unreachable server: others catch up
+                async with asyncio.timeout(RELAY_DRAIN):
+                    await roles.relay.idle()
+        await cancel_and_wait(relay)
+        if roles.projector is not None and not graceful:
+            await roles.projector.stop(grace=0)
+
+
+SENDERS = ("ingest", "scheduler", "liveness")  # roles that send commands
 
 
 def scheduler_process(
     store: StoreThread,
     relay: Relay,
-    commands: CommandService,
+    execute_all: Callable[..., Awaitable[list[dict[str, Any]]]],
     dead_letters: DeadLetters,
     settings: Settings,
     checkpoints: LedgerCheckpoints | None = None,
@@ -223,7 +352,7 @@ def scheduler_process(
     )
     return Scheduler(
         read,
-        commands.execute_all,
+        execute_all,
         published_upto,
         dead_letters,
         move_rules=rules,
@@ -382,28 +511,20 @@ async def running_projector(settings: Settings) -> AsyncIterator[Projector]:
 async def _shut_down(
     subscription: nats_bus.Subscription,
     commands: CommandService,
-    relay: Relay | None,
+    one_per_store: OnePerStore,
+    leadership: Leadership,
+    leading: asyncio.Task[None],
     tasks: dict[str, asyncio.Task[None]],
 ) -> None:
     with contextlib.suppress(Exception):
         await subscription.unsubscribe()
     await cancel_and_wait(tasks["health"])  # it reads the store, which closes next
-    for sender in (
-        "ingest",
-        "scheduler",
-        "liveness",
-    ):  # they send commands: stop them before they close
-        if sender in tasks:
-            await cancel_and_wait(tasks[sender])
+    await one_per_store.stop_senders()  # they send commands: stop them before they close
     commands.close()
     async with asyncio.timeout(COMMANDS_DRAIN):
         await asyncio.gather(tasks["commands"], return_exceptions=True)  # failures were logged
-    if relay is not None and not tasks["relay"].done():
-        with contextlib.suppress(TimeoutError):  # an unreachable server: a restart catches up
-            async with asyncio.timeout(RELAY_DRAIN):
-                await relay.idle()
-    if "relay" in tasks:
-        await cancel_and_wait(tasks["relay"])
+    leadership.leave()  # the relay publishes what was committed; the lease is released
+    await asyncio.gather(leading, return_exceptions=True)  # a role's failure was logged
 
 
 async def _sample_every(device_seconds: DeviceSeconds, seconds: float) -> None:

@@ -154,7 +154,7 @@ async def test_a_stream_of_another_store_is_left_alone(
             return hub.relay is not None and hub.relay.mismatch is not None
 
         await wait_for(refused, 10, "the relay to notice the stream is not its store's")
-    assert "is not this store's event" in (hub.relay.mismatch or "")
+        assert "is not this store's event" in (hub.relay.mismatch or "")
     assert await stream_ids(client) == before
 
 

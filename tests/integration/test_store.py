@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wingsmith.adapters.store import Conflict, EventStore, store_env
+from wingsmith.adapters.store import Conflict, EventStore, Fenced, store_env
 from wingsmith.domain.base import Cause, Writer
 from wingsmith.domain.cluster import Cluster, Node
 from wingsmith.domain.deployment import ClusterPhase, Deployment, DeploymentStatus
@@ -157,3 +157,46 @@ def test_stored_topics_do_not_name_the_installed_package(store: EventStore) -> N
     (note,) = store.read(0, 10)
     assert note.topic == "domain.project:ProjectRegistered", note.topic
     assert store.load(project.id) == project
+
+
+def test_a_save_under_a_fenced_token_stores_nothing(store: EventStore, store_url: str) -> None:
+    """Once a newer lease holder raised the fence, an older holder's saves are refused; saves
+    without a token (clients' commands) go on. The fence never moves back."""
+    assert store.fence(7) == 7
+    first = Project.register(PLANE, "research")
+    store.save(first.collect_events(), fence=7)
+    assert store.fence(9) == 9
+    assert store.fence(8) == 9  # a late takeover of an older token does not lower it
+    late = Project.register(PLANE, "late")
+    with pytest.raises(Fenced):
+        store.save(late.collect_events(), fence=7)
+    assert store.load("project:late") is None
+    unfenced = Project.register(PLANE, "client")
+    store.save(unfenced.collect_events())
+    store.save(Project.register(PLANE, "newer").collect_events(), fence=9)
+    assert [n.originator_id for n in store.read(0, 10)] == [
+        "project:research",
+        "project:client",
+        "project:newer",
+    ]
+
+
+def test_a_fenced_token_is_refused_by_another_process_of_the_store(
+    store: EventStore, store_url: str, tmp_path: Path
+) -> None:
+    """The fence is in the store, not in the hub: a second connection (another hub's) sees it."""
+    other = EventStore(store_env(store_url, tmp_path))
+    try:
+        other.fence(3)
+        store.save(Project.register(PLANE, "a").collect_events(), fence=3)
+        other.fence(4)
+        with pytest.raises(Fenced):
+            store.save(Project.register(PLANE, "b").collect_events(), fence=3)
+    finally:
+        other.close()
+
+
+def test_a_token_before_any_fence_is_refused(store: EventStore) -> None:
+    with pytest.raises(Fenced):
+        store.save(Project.register(PLANE, "a").collect_events(), fence=1)
+    assert store.last_position() == 0
