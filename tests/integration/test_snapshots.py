@@ -1,6 +1,7 @@
 """Aggregates with long histories load from snapshots, against SQLite and PostgreSQL alike:
-equal to their full replay, and passed over when another version of the code wrote them or they
-cannot be read."""
+equal to their full replay, written as histories grow, passed over when another version of the
+code wrote them or they cannot be read; commands after a restart and rollbacks decide on the
+same state as before."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from wingsmith.adapters.snapshots import SNAPSHOT_EVERY, SNAPSHOT_FORMAT
 from wingsmith.adapters.store import EventStore, postgres_connection, store_env
 from wingsmith.domain.base import Cause, replay
 from wingsmith.domain.project import Project
+from wingsmith.services.hub.service import LRU, Executor, UnitOfWork
+
+from .test_executor import command, replies
 
 CAUSE = Cause(command_id="c", correlation_id="c", at=datetime(2026, 12, 5, tzinfo=UTC))
 PROJECT = "project:research"
@@ -94,6 +98,31 @@ def test_loading_reads_the_snapshot_not_the_events_before_it(env: dict[str, str]
         assert restarted.load(PROJECT) != project
 
 
+def test_snapshots_are_written_as_the_history_grows(env: dict[str, str]) -> None:
+    executor = Executor(EventStore(env))
+    try:
+        for n in range(1, 1_101, 50):  # 50 commands a batch on one project
+            batch = [
+                command(
+                    "project.set_quota",
+                    command_id=f"q-{k}",
+                    project="research",
+                    device_class="H100",
+                    devices=k,
+                )
+                for k in range(n, n + 50)
+            ]
+            assert all(r["ok"] for r in replies(executor, *batch))
+            latest = executor.store.snapshots.latest(PROJECT)
+            if n + 49 < SNAPSHOT_EVERY:
+                assert latest is None
+            else:  # the first commit that took it 500 events past the last snapshot took one
+                assert latest is not None
+                assert latest.version == 1 + (n + 49) // SNAPSHOT_EVERY * SNAPSHOT_EVERY
+    finally:
+        executor.store.close()
+
+
 def test_a_snapshot_of_other_code_is_never_read(env: dict[str, str]) -> None:
     with opened(env, snapshot_format="0123456789abcdef") as other_code:
         project = long_project(other_code, SNAPSHOT_EVERY + 10)
@@ -149,6 +178,62 @@ def test_a_snapshot_ahead_of_the_store_is_passed_over(
     with opened(env) as restarted, caplog.at_level(logging.WARNING):
         assert restarted.load(PROJECT) == project
         assert "ahead of the store" in caplog.text
+
+
+def test_commands_after_a_restart_decide_on_the_same_state(env: dict[str, str]) -> None:
+    with opened(env) as store:
+        project = long_project(store, 1_100)
+        store.take_snapshots([project])
+    executor = Executor(EventStore(env))
+    try:
+        current = project.quota["class-0"]
+        out = replies(
+            executor,
+            command(  # already so: nothing to record
+                "project.set_quota",
+                command_id="same",
+                project="research",
+                device_class="class-0",
+                devices=current,
+            ),
+            command(
+                "project.set_quota",
+                command_id="more",
+                project="research",
+                device_class="class-0",
+                devices=current + 1,
+            ),
+        )
+        assert [r["result"]["events"] for r in out] == [
+            [],
+            [{"aggregate": "project", "id": "research", "version": 1_101, "type": "QuotaSet"}],
+        ]
+        assert executor.cache.get(PROJECT) == replay(executor.store.history(PROJECT))
+    finally:
+        executor.store.close()
+
+
+def test_a_rollback_rebuilds_from_the_snapshot_and_the_batch_s_earlier_events(
+    env: dict[str, str],
+) -> None:
+    with opened(env) as store:
+        project = long_project(store, 1_100)
+        store.take_snapshots([project])
+    with opened(env) as store:
+        uow = UnitOfWork(store, LRU(10))
+        uow.begin()  # an earlier command of the batch
+        loaded = uow.get(Project, "research")
+        assert loaded is not None
+        loaded.set_quota(CAUSE, "H100", 1)
+        uow.begin()  # the command that is refused
+        assert uow.get(Project, "research") is loaded
+        loaded.set_quota(CAUSE, "H100", 2)
+        uow.rollback()
+        rebuilt = uow.touched[PROJECT]
+        assert rebuilt is not loaded
+        assert rebuilt == replay([*store.history(PROJECT), *rebuilt.pending])
+        assert isinstance(rebuilt, Project) and rebuilt.quota["H100"] == 1
+        assert [e.originator_version for e in rebuilt.pending] == [1_101]
 
 
 @settings(max_examples=40, deadline=None)
