@@ -2,6 +2,7 @@
 
 SQLite by default, PostgreSQL for a `postgresql://` URL. The store is synchronous, and a SQLite
 connection belongs to its thread, so callers give it one thread of its own (`StoreThread`).
+Aggregates with long histories load from snapshots (adapters/snapshots.py).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -32,6 +34,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel
 
+from wingsmith.adapters.snapshots import SNAPSHOT_EVERY, SNAPSHOT_FORMAT, Snapshots
 from wingsmith.domain.base import Aggregate, Event, replay
 
 __all__ = [
@@ -45,6 +48,8 @@ __all__ = [
     "postgres_connection",
     "store_env",
 ]
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -231,14 +236,23 @@ class NotWritable(RuntimeError):
 
 class _Wingsmith(Application[str]):
     name = "Wingsmith"
+    is_snapshotting_enabled = True  # a table for `Snapshots` beside the events
 
 
 class EventStore:
     """Saves and reads events. Synchronous: call it from one thread (see `StoreThread`)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        snapshot_format: str = SNAPSHOT_FORMAT,
+    ) -> None:
         self._app = _Wingsmith(env=env)  # keep the reference: dropping it closes the pool
         self._recorder = self._app.recorder
+        assert self._app.snapshots is not None
+        self.snapshots = Snapshots(self._app.snapshots, snapshot_every, snapshot_format)
 
     def save(self, events: Sequence[Event], fence: int | None = None) -> list[Notification]:
         """Append events in one transaction; `Conflict` when a version is taken. With a
@@ -278,7 +292,30 @@ class EventStore:
         return list(self._app.events.get(aggregate_id))  # type: ignore[arg-type]
 
     def load(self, aggregate_id: str) -> Aggregate | None:
-        return replay(self.history(aggregate_id))
+        """Rebuild an aggregate from its latest snapshot and the events after it, or from its
+        whole history. Only a history of `snapshots.every` events or more can have a
+        snapshot, so a shorter one (most, and every aggregate not yet created) costs one read."""
+        every = self.snapshots.every
+        head = self._recorder.select_events(aggregate_id, limit=every)
+        if len(head) < every:
+            return replay(list(map(decode_event, head)))
+        snapshot = self.snapshots.latest(aggregate_id)
+        if snapshot is not None:
+            # from the snapshot's own version on: that event must be stored for it to serve
+            tail = self._recorder.select_events(aggregate_id, gt=snapshot.version - 1)
+            if tail and tail[0].originator_version == snapshot.version:
+                return replay(list(map(decode_event, tail[1:])), snapshot)
+            log.warning("passing over the snapshot of %s: it is ahead of the store", aggregate_id)
+            self.snapshots.forget(aggregate_id)
+        rest = self._recorder.select_events(aggregate_id, gt=head[-1].originator_version)
+        return replay(list(map(decode_event, [*head, *rest])))
+
+    def take_snapshots(self, aggregates: Iterable[Aggregate]) -> None:
+        """Snapshot each aggregate whose history has grown `snapshots.every` events past its
+        last snapshot: called with a commit's aggregates once they are saved."""
+        for aggregate in aggregates:
+            if self.snapshots.due(aggregate):
+                self.snapshots.save(aggregate)
 
     def version(self, aggregate_id: str) -> int:
         """The aggregate's latest stored version (0 when it has none)."""

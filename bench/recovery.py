@@ -19,7 +19,15 @@ The baseline is the same restart over the smaller history, in the same run: the 
 `recovery_ratio=<median restart at the largest size / median restart at the smallest>`. A
 restart that folded the whole history again would scale with it (ten times the events).
 
-    python bench/recovery.py [--sizes 100000 1000000] [--rounds 3]
+Before the hub first starts, for each size, the project with the longest history (quota churn)
+is loaded in this process, `--rounds` times each way, and the medians printed: replayed from its
+whole history (`replay(EventStore.history(...))`, the baseline), with `EventStore.load` before
+it has a snapshot, and with `EventStore.load` from a snapshot `SNAPSHOT_EVERY - 1` events back
+(the most events a load replays after one). At the largest size the line
+`snapshot_load_ratio=<load from the snapshot / full replay>` follows. `--loads-only` skips the
+hub.
+
+    python bench/recovery.py [--sizes 100000 1000000] [--rounds 3] [--loads-only]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +53,12 @@ from nats.errors import TimeoutError as NatsTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from replay import write_history  # bench/replay.py, beside this file
+from replay import PROJECTS, write_history  # bench/replay.py, beside this file
 
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.snapshots import SNAPSHOT_EVERY
 from wingsmith.adapters.store import EventStore, store_env
+from wingsmith.domain.base import Aggregate, replay
 from wingsmith.domain.names import HEALTH_SUBJECT
 from wingsmith.domain.subjects import event_subject
 
@@ -151,14 +162,45 @@ async def first_decision(nc: Client, name: str) -> tuple[float, float]:
     return accepted, time.perf_counter() - started
 
 
-async def restarts(size: int, rounds: int) -> list[float]:
+def timed(load: Callable[[], Aggregate | None], rounds: int) -> tuple[float, Aggregate | None]:
+    """The median seconds a load takes, and what it loaded."""
+    times, loaded = [], None
+    for _ in range(rounds):
+        started = time.perf_counter()
+        loaded = load()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), loaded
+
+
+def project_loads(store: EventStore, rounds: int) -> float:
+    """Load the longest project history each way; returns from-a-snapshot / full replay."""
+    agg_id = max((f"project:{name}" for name in PROJECTS), key=store.version)
+    events = store.history(agg_id)
+    full, replayed = timed(lambda: replay(store.history(agg_id)), rounds)
+    unsnapshotted, loaded = timed(lambda: store.load(agg_id), rounds)
+    back = replay(events[: len(events) - SNAPSHOT_EVERY + 1])
+    assert back is not None and store.snapshots.save(back)
+    snapshotted, from_snapshot = timed(lambda: store.load(agg_id), rounds)
+    assert replayed == loaded == from_snapshot, "a load differs from the full replay"
+    print(
+        f"  {agg_id}, {len(events):,} events: full replay {full * 1000:.1f} ms; load without "
+        f"a snapshot {unsnapshotted * 1000:.1f} ms ({unsnapshotted / full:.3f}), from a snapshot "
+        f"{SNAPSHOT_EVERY - 1} events back {snapshotted * 1000:.1f} ms ({snapshotted / full:.3f})"
+    )
+    return snapshotted / full
+
+
+async def restarts(size: int, rounds: int, loads_only: bool) -> tuple[list[float], float]:
     with tempfile.TemporaryDirectory(prefix="wingsmith-recovery-") as tmp:
         data_dir = Path(tmp) / "hub"
         store = EventStore(store_env(None, data_dir))
         try:
             write_history(store, size)
+            load_ratio = project_loads(store, rounds)
         finally:
             store.close()
+        if loads_only:
+            return [], load_ratio
         async with EmbeddedNatsServer(Path(tmp) / "nats") as server:
             env = hub_env(data_dir, server.url)
             nc = await nats.connect(server.url)
@@ -183,23 +225,28 @@ async def restarts(size: int, rounds: int) -> list[float]:
                     stop_hub(hub)
             finally:
                 await nc.close()
-    return times
+    return times, load_ratio
 
 
 def main(args: argparse.Namespace) -> None:
     medians = []
     for size in args.sizes:
         print(f"history of {size:,} events")
-        times = asyncio.run(restarts(size, args.rounds))
+        times, load_ratio = asyncio.run(restarts(size, args.rounds, args.loads_only))
+        if args.loads_only:
+            continue
         median = statistics.median(times)
         medians.append(median)
         spread = f"{min(times):.2f}-{max(times):.2f}"
         print(f"  restart -> first decision: median {median:.2f} s ({spread})")
-    print(f"recovery_ratio={medians[-1] / medians[0]:.3f}")
+    print(f"snapshot_load_ratio={load_ratio:.3f}")
+    if medians:
+        print(f"recovery_ratio={medians[-1] / medians[0]:.3f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loads-only", action="store_true", help="time the project loads only")
     main(parser.parse_args())

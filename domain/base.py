@@ -7,7 +7,7 @@ state. Events are frozen pydantic models, which is also how they cross every wir
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -182,9 +182,9 @@ def split_id(aggregate_id: str) -> tuple[str, str]:
     return kind, key
 
 
-def replay(events: list[Event]) -> Aggregate | None:
-    """Rebuild an aggregate from its stored history (None when there is none)."""
-    aggregate: Aggregate | None = None
+def replay(events: Iterable[Event], aggregate: Aggregate | None = None) -> Aggregate | None:
+    """Rebuild an aggregate from its stored history (None when there is none), or bring one
+    rebuilt up to some version forward by the events after it."""
     for event in events:
         aggregate = event.mutate(aggregate)
     return aggregate

@@ -306,7 +306,7 @@ class UnitOfWork:
                 continue
             kept = aggregate.pending[:mark]
             self.cache.pop(agg_id, None)
-            rebuilt = replay(self.store.history(agg_id) + kept)
+            rebuilt = replay(kept, self.store.load(agg_id))
             if rebuilt is None:
                 del self.touched[agg_id]
             else:
@@ -323,6 +323,7 @@ class UnitOfWork:
             aggregate.pending, aggregate.on_record = [], None
             if aggregate.kind != CommandReceipt.kind:
                 self.cache.put(agg_id, aggregate)
+        self.store.take_snapshots(self.touched.values())
 
     def discard(self) -> None:
         for agg_id, aggregate in self.touched.items():
