@@ -201,7 +201,11 @@ def _fence_check(cursor: Any, table: str, token: int | None, lock: str = "") -> 
     try:
         cursor.execute(f"SELECT token FROM {table} WHERE id = 1{lock}")
         row = cursor.fetchone()
-    except (sqlite3.OperationalError, psycopg.errors.UndefinedTable):  # never fenced
+    except psycopg.errors.UndefinedTable:  # never fenced
+        row = None
+    except sqlite3.OperationalError as e:
+        if "no such table" not in str(e):  # a locked or failing database is not a fence
+            raise
         row = None
     stored = None if row is None else (row["token"] if isinstance(row, dict) else row[0])
     if stored != token:

@@ -99,7 +99,6 @@ class Leadership:
         self.unreachable: str | None = None  # why the last read or write failed, if it did
         # (monotonic time, "started" or "stopped", token): when the roles began and ended
         self.transitions: list[tuple[float, str, int]] = []
-        self.holding = asyncio.Event()  # set while the roles run
         self.settled = asyncio.Event()  # set once it holds the lease or has seen who does
         self._revision = 0  # the lease's revision as this hub last wrote it
         self._leaving = asyncio.Event()
@@ -222,7 +221,6 @@ class Leadership:
 
     def _started(self, token: int) -> None:
         self.token = token
-        self.holding.set()
         self.settled.set()
         self.transitions.append((time.monotonic(), "started", token))
 
@@ -230,7 +228,6 @@ class Leadership:
         if self.token is None:  # the roles did not start
             return
         self.token = None
-        self.holding.clear()
         self.transitions.append((time.monotonic(), "stopped", token))
 
     def check(self) -> tuple[Status, str]:

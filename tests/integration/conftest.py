@@ -4,6 +4,7 @@ commands the way a careful client does (same command_id until it gets an answer)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from nats.aio.client import Client
 
 from wingsmith.adapters import nats_auth, nats_bus
 from wingsmith.adapters.nats_auth import Credentials
-from wingsmith.adapters.nats_server import EmbeddedNatsServer
+from wingsmith.adapters.nats_server import EmbeddedNatsServer, free_port
 from wingsmith.adapters.store import EventStore, Notification, store_env
 from wingsmith.services.config import Settings
 from wingsmith.services.hub.relay import to_message
@@ -232,3 +233,65 @@ class HubProcess:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(30)
+
+
+async def stream_of_commands(
+    nc: Client, prefix: str, done: list[Any], count: int, pace: float = 0.05
+) -> None:
+    """Sixteen clients each resending a command until answered, pausing `pace` seconds after
+    each answer, so that failures land while the stream still runs."""
+    semaphore = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with semaphore:
+            body = {
+                "command_id": f"{prefix}-{i}",
+                "project": f"team-{i % 20}",
+                "device_class": "H100",
+                "devices": i,
+            }
+            done.append(await send_until_answered(nc, "project.set_quota", body))
+            await asyncio.sleep(pace)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+@contextlib.asynccontextmanager
+async def nats_cluster(tmp_path: Path, size: int) -> AsyncIterator[str]:
+    """A JetStream cluster of `size` nats-servers with an elected meta leader: their URLs,
+    comma-separated, as a client is given them."""
+    routes = [free_port() for _ in range(size)]
+    servers = [
+        EmbeddedNatsServer(
+            tmp_path / f"nats-{i}",
+            extra_args=(
+                "--name",
+                f"nats-{i}",
+                "--cluster_name",
+                "wingsmith",
+                "--cluster",
+                f"nats://127.0.0.1:{routes[i]}",
+                "--routes",
+                ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
+            ),
+        )
+        for i in range(size)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)
+        url = ",".join(s.url for s in servers)
+        nc = await nats.connect(servers=url.split(","))
+        try:
+
+            async def meta_leader() -> bool:
+                try:
+                    await nc.jetstream().account_info()
+                except Exception:
+                    return False
+                return True
+
+            await wait_for(meta_leader, 30, "a JetStream meta leader")
+        finally:
+            await nc.close()
+        yield url

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -30,11 +30,13 @@ from wingsmith.services.hub.wiring import Hub, running_hub
 
 from .conftest import (
     HubProcess,
+    nats_cluster,
     published,
     read_store,
     seed_deployment,
     send_until_answered,
     stream_ids,
+    stream_of_commands,
     wait_for,
 )
 from .test_admission import inventory, workload_body
@@ -232,27 +234,6 @@ def assert_decided_once_and_within_quota(notes: list[Notification]) -> None:
     assert any(decision["phase"] == "admitted" for decision in last.values())
 
 
-async def stream_of_commands(
-    nc: Client, prefix: str, done: list[Any], count: int, pace: float = 0.05
-) -> None:
-    """Sixteen clients each resending a command until answered, pausing `pace` seconds after
-    each answer, so that failures land while the stream still runs."""
-    semaphore = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        async with semaphore:
-            body = {
-                "command_id": f"{prefix}-{i}",
-                "project": f"team-{i % 20}",
-                "device_class": "H100",
-                "devices": i,
-            }
-            done.append(await send_until_answered(nc, "project.set_quota", body))
-            await asyncio.sleep(pace)
-
-    await asyncio.gather(*(one(i) for i in range(count)))
-
-
 async def progress(replies: list[Any], step: int) -> None:
     async def reached() -> bool:
         return len(replies) >= step
@@ -278,47 +259,6 @@ async def assert_stream_matches_store(
     assert len(on_stream) == len(set(on_stream)), "an event was published twice"
     assert on_stream == published(notes)  # every stored event, once, in store order
     return notes
-
-
-@contextlib.asynccontextmanager
-async def nats_cluster(tmp_path: Path, size: int) -> AsyncIterator[str]:
-    """A JetStream cluster of `size` nats-servers with an elected meta leader: their URLs,
-    comma-separated, as a client is given them."""
-    routes = [free_port() for _ in range(size)]
-    servers = [
-        EmbeddedNatsServer(
-            tmp_path / f"nats-{i}",
-            extra_args=(
-                "--name",
-                f"nats-{i}",
-                "--cluster_name",
-                "wingsmith",
-                "--cluster",
-                f"nats://127.0.0.1:{routes[i]}",
-                "--routes",
-                ",".join(f"nats://127.0.0.1:{p}" for j, p in enumerate(routes) if j != i),
-            ),
-        )
-        for i in range(size)
-    ]
-    async with contextlib.AsyncExitStack() as stack:
-        for server in servers:
-            await stack.enter_async_context(server)
-        url = ",".join(s.url for s in servers)
-        nc = await nats.connect(servers=url.split(","))
-        try:
-
-            async def meta_leader() -> bool:
-                try:
-                    await nc.jetstream().account_info()
-                except Exception:
-                    return False
-                return True
-
-            await wait_for(meta_leader, 30, "a JetStream meta leader")
-        finally:
-            await nc.close()
-        yield url
 
 
 class Cuttable:

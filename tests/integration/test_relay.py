@@ -21,31 +21,11 @@ from .conftest import (
     seed_deployment,
     send_until_answered,
     stream_ids,
+    stream_of_commands,
     wait_for,
 )
 
 COMMANDS = 1000
-
-
-async def _stream_of_commands(
-    nc: Client, prefix: str, done: list[Any], count: int = COMMANDS
-) -> None:
-    """Many clients, each resending its command until answered, on several aggregates."""
-    semaphore = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        async with semaphore:
-            body = {
-                "command_id": f"{prefix}-{i}",
-                "project": f"team-{i % 20}",
-                "device_class": "H100",
-                "devices": i,
-            }
-            done.append(await send_until_answered(nc, "project.set_quota", body))
-            # paced (at most ~300 a second) so the restarts land while the stream still runs
-            await asyncio.sleep(0.05)
-
-    await asyncio.gather(*(one(i) for i in range(count)))
 
 
 async def _assert_stream_matches_store(nc: Client, data_dir: Path) -> None:
@@ -74,7 +54,7 @@ async def test_hub_killed_with_sigkill_mid_stream(
     await hub.wait_ready(client)
     await seed_deployment(client)
     replies: list[Any] = []
-    stream = asyncio.create_task(_stream_of_commands(client, "kill", replies))
+    stream = asyncio.create_task(stream_of_commands(client, "kill", replies, COMMANDS))
     for _ in range(2):
         await _progress(replies)
         assert len(replies) < COMMANDS, "the stream ended before the hub was killed"
@@ -97,7 +77,7 @@ async def test_nats_server_restarted_mid_stream(
         try:
             await seed_deployment(nc)
             replies: list[Any] = []
-            stream = asyncio.create_task(_stream_of_commands(nc, "restart", replies))
+            stream = asyncio.create_task(stream_of_commands(nc, "restart", replies, COMMANDS))
             for kill in (False, True):
                 await _progress(replies)
                 assert len(replies) < COMMANDS, "the stream ended before the restart"
@@ -168,6 +148,6 @@ async def test_more_than_the_relay_keeps_in_memory_is_read_from_the_store(
         hub.relay.fed_limit = 1  # every committed batch but the smallest is left in the store
         await seed_deployment(client)
         replies: list[Any] = []
-        await _stream_of_commands(client, "overflow", replies, count=200)
+        await stream_of_commands(client, "overflow", replies, 200)
         assert all(r["ok"] for r in replies)
         await _assert_stream_matches_store(client, data_dir)
