@@ -25,10 +25,10 @@ store disagree: it starts over from the store, and leaves that deployment undeci
 event changes it (otherwise the same refusal would start it over for ever). An event it cannot
 fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
 
-Every so often, after a pass, the ledger is saved beside the projections' checkpoints
-(`adapters/checkpoints.py`), with the events of its own decisions still to come back; on
-start, and when it starts over, it resumes from the latest one and folds only what the store
-holds after it. A ledger saved by other code (another version of `domain/`) is not used: the
+Every so often after a pass, when quiet, and when stopped between passes, the ledger is saved
+beside the projections' checkpoints (`adapters/checkpoints.py`), with the events of its own
+decisions still to come back; on start, and when it starts over, it resumes from the latest one
+and folds only what the store holds after it. A ledger saved by other code (another version of `domain/`) is not used: the
 whole history is folded instead, once.
 
 On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 from prometheus_client import Histogram
@@ -94,9 +94,13 @@ LOOKS_PER_DELAY = 4  # moves are looked for at least this often per their shorte
 LOOK_BOUNDS = (0.2, 30.0)  # seconds between looks for moves, at least and at most
 # the ledger is saved after a pass once this many records were folded since the last save, or
 # this many seconds have passed with at least one: a restart folds at most about that much.
-# Saving holds the loop (about 1.5 s for 100,000 workloads): never more than 1/SAVE_SHARE of it.
+# Saving holds the loop (about 1.5 s for 100,000 workloads): never more than 1/SAVE_SHARE of it,
+# except when stopping. It is saved too once the scheduler has been quiet for QUIET_SAVE seconds
+# with something folded since the last save, and when it is stopped between passes, so a hub
+# restarted after a quiet spell or a clean stop folds next to nothing.
 CHECKPOINT_RECORDS, CHECKPOINT_SECONDS = 50_000, 60.0
 SAVE_SHARE = 50
+QUIET_SAVE = 2.0
 
 Read = Callable[[int, int, int], Awaitable[list[Notification]]]  # (after, limit, stop)
 ExecuteAll = Callable[[list[Command], Chain | None], Awaitable[list[dict[str, Any]]]]
@@ -173,6 +177,8 @@ class Scheduler:
         self._saved = (0, clock())  # the position of the last ledger saved or resumed, and when
         self.resumed_from = 0  # the position of the ledger the last start resumed from
         self._save_took = 0.0  # seconds the last save held the loop
+        self._between_passes = False  # waiting for events, the last pass done: a ledger to save
+        self._arrived_at = clock()  # when the relay last handed something over
 
     # -- what the relay hands over ---------------------------------------------------------
 
@@ -181,6 +187,7 @@ class Scheduler:
         if not notifications:
             return
         self.published_upto = max(self.published_upto, notifications[-1].id)
+        self._arrived_at = self._clock()
         if not self._from_store:
             if self._buffered + len(notifications) > self._buffer_limit:
                 self._overflow()
@@ -210,7 +217,7 @@ class Scheduler:
         await supervise("scheduler", self._follow, logger=log)
 
     async def _follow(self) -> None:
-        self._wanted, self._moved = {}, {}
+        self._wanted, self._moved, self._between_passes = {}, {}, False
         self._overflow()
         self.published_upto = max(self.published_upto, await self._published_upto())
         self.ledger, self._own, self._retry = await self._resume()
@@ -254,13 +261,23 @@ class Scheduler:
         self.resumed_from = 0
         return Ledger(), set(), set()
 
-    async def _save(self) -> None:
-        """Save the ledger if enough was folded since the last one (see `CHECKPOINT_RECORDS`)."""
+    async def save_on_stop(self) -> None:
+        """Once its task is cancelled: save the ledger if the scheduler stopped between passes
+        and folded anything since the last save. Stopped in the middle of a pass (decisions on
+        their way, their answers unknown), it keeps the last save."""
+        if self._between_passes:
+            await self._save("stopping")
+
+    async def _save(self, when: Literal["after a pass", "quiet", "stopping"]) -> None:
+        """Save the ledger if anything was folded since the last one and, after a pass, enough
+        (see `CHECKPOINT_RECORDS`)."""
         position, at = self._saved
         folded, since = self.ledger.position - position, self._clock() - at
-        if self._checkpoints is None or folded <= 0 or since < self._save_took * SAVE_SHARE:
+        if self._checkpoints is None or folded <= 0:
             return
-        if folded < CHECKPOINT_RECORDS and since < CHECKPOINT_SECONDS:
+        if when != "stopping" and since < self._save_took * SAVE_SHARE:
+            return
+        if when == "after a pass" and folded < CHECKPOINT_RECORDS and since < CHECKPOINT_SECONDS:
             return
         started = time.perf_counter()
         gc.disable()  # pickling makes no garbage; collecting while it runs only slows it down
@@ -297,11 +314,17 @@ class Scheduler:
         pauses = [RETRY_AFTER] if self._retry else []
         if self.move_rules is not None:
             pauses.append(max(self._looked + self._look_every() - self._clock(), 0.0))
+        unsaved = self.ledger.position > self._saved[0]
+        if unsaved:
+            pauses.append(max(self._arrived_at + QUIET_SAVE - self._clock(), 0.0))
+        self._between_passes = True  # a cancellation from here on leaves a ledger to save
         try:
             async with asyncio.timeout(min(pauses, default=None)):
                 await self._arrived.wait()
         except TimeoutError:
-            pass
+            if unsaved and self._clock() - self._arrived_at >= QUIET_SAVE:
+                await self._save("quiet")
+        self._between_passes = False
 
     # -- folding -----------------------------------------------------------------------------
 
@@ -364,7 +387,7 @@ class Scheduler:
         self._moved.clear()  # a placement tried again continues no chain
         await self._hand_aside()
         self.position = self.ledger.position
-        await self._save()
+        await self._save("after a pass")
 
     def _decide(self, deployment_ids: list[str]) -> list[Decision]:
         return self.ledger.decide_all(deployment_ids, on_error=self._undecidable, skip=self.refused)

@@ -314,6 +314,8 @@ class OnePerStore:
         for name in (*SENDERS, "consumer-sweep"):
             if name in roles.tasks:
                 await cancel_and_wait(roles.tasks[name])
+        if graceful and roles.scheduler is not None:  # so that the next start folds nothing
+            await roles.scheduler.save_on_stop()
         relay = roles.tasks["relay"]
         if graceful and not relay.done():
             with contextlib.suppress(TimeoutError):  # an unreachable server: others catch up

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from wingsmith.adapters.checkpoints import CheckpointStore
 from wingsmith.adapters.nats_server import EmbeddedNatsServer
 from wingsmith.adapters.store import EventStore, store_env
 from wingsmith.domain.admission import Ledger
@@ -155,3 +156,59 @@ async def test_a_saved_ledger_it_cannot_use_is_passed_over_for_the_whole_history
         await admit_six_more(hub, client)
         await caught_up(hub)
         assert deciding(hub.scheduler.ledger) == deciding(whole_history(settings))
+
+
+def saved_at(settings: Settings) -> int | None:
+    """The position of the ledger saved in the store, if any."""
+    checkpoints = CheckpointStore(store_env(settings.store_url, settings.data_dir))
+    try:
+        saved = checkpoints.ledger(scheduler.LEDGER_FORMAT)
+    finally:
+        checkpoints.close()
+    return saved[0] if saved is not None else None
+
+
+async def test_a_hub_stopped_cleanly_saves_its_ledger_and_the_next_start_folds_nothing_again(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler, "QUIET_SAVE", 3600.0)  # only the stop saves it
+    settings = Settings(nats_url=nats_server.url, store_url=store_url, data_dir=tmp_path / "hub")
+    await first_life(settings, client)
+    stopped_at = saved_at(settings)
+    assert stopped_at is not None
+
+    async with running_hub(settings) as hub:
+        assert hub.scheduler is not None
+        await caught_up(hub)
+        assert hub.scheduler.resumed_from == stopped_at
+        assert hub.scheduler.position == stopped_at  # nothing new: nothing folded again
+        await admit_six_more(hub, client)
+        await caught_up(hub)
+        assert deciding(hub.scheduler.ledger) == deciding(whole_history(settings))
+
+
+async def test_a_quiet_scheduler_saves_its_ledger_so_even_a_kill_folds_little(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler, "QUIET_SAVE", 0.5)
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    async with running_hub(settings) as hub:
+        assert hub.scheduler is not None
+        deployment = await seed_deployment(client)
+        await inventory(client, 8, "inv-8")
+        await wait_for(lambda: admitted(client, deployment, 2), 20, "the first admission")
+        await caught_up(hub)
+
+        async def saved() -> bool:
+            assert hub.scheduler is not None
+            return saved_at(settings) == hub.scheduler.position
+
+        # far below the 50,000 records and 60 s after which a busy scheduler saves it
+        await wait_for(saved, 20, "the ledger saved once the scheduler was quiet")
