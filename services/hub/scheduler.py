@@ -28,8 +28,8 @@ fold, or a deployment it cannot decide for, is set aside with the reason and the
 Every so often after a pass, when quiet, and when stopped between passes, the ledger is saved
 beside the projections' checkpoints (`adapters/checkpoints.py`), with the events of its own
 decisions still to come back; on start, and when it starts over, it resumes from the latest one
-and folds only what the store holds after it. A ledger saved by other code (another version of `domain/`) is not used: the
-whole history is folded instead, once.
+and folds only what the store holds after it. A ledger saved by other code (another version of
+`domain/`) is not used: the whole history is folded instead, once.
 
 On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
 on lost clusters, rebalancing toward preferences) and sends them as placements.
