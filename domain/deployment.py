@@ -150,8 +150,11 @@ class Deployment(Aggregate):
     engine_args: tuple[str, ...]
     imported_args: tuple[str, ...] | None
     status: DeploymentStatus | None
-    status_version: int  # the cluster's ordering of the status last recorded
+    # the cluster's ordering of the status and of the live digests last recorded: apart, for
+    # they are ordered by different objects (the DGD's resourceVersion; the pods' lists)
+    status_version: int
     live_digests: dict[str, int]
+    live_version: int
     adopted: ResourceRef | None  # the DynamoGraphDeployment it was adopted from, if it was
     deleted: bool
 
@@ -386,7 +389,7 @@ class Deployment(Aggregate):
         report older than the one recorded changes nothing and returns False, and a newer one
         is recorded even when it says the same, so that no older report can undo it."""
         require_writer(cause, Writer.CLUSTER, "status")
-        if not self._fresh(version):
+        if 0 < version < self.status_version:
             return False
         if status != self.status or version > self.status_version:
             self._record(StatusObserved, cause, status=status, version=version)
@@ -395,18 +398,18 @@ class Deployment(Aggregate):
     def observe_live_digests(
         self, cause: Cause, live_digests: dict[str, int], *, version: int = 0
     ) -> bool:
+        """Record the digests the cluster's replicas run, ordered by `version` as the status
+        is, but apart from it: pods order them, and a sync stamped with the pods' version must
+        not make the next status, stamped with the DGD's, look older than it is."""
         require_writer(cause, Writer.CLUSTER, "live_digests")
         if any(count < 0 for count in live_digests.values()):
             raise InvalidValue("replica counts cannot be negative", field="live_digests")
-        if not self._fresh(version):
+        if 0 < version < self.live_version:
             return False
         live = {digest: count for digest, count in live_digests.items() if count}
-        if live != self.live_digests or version > self.status_version:
+        if live != self.live_digests or version > self.live_version:
             self._record(LiveDigestsObserved, cause, live_digests=live, version=version)
         return True
-
-    def _fresh(self, version: int) -> bool:
-        return not 0 < version < self.status_version
 
     def record_operator_action(
         self, cause: Cause, *, verb: str, target: str, performed: bool, reason: str
@@ -470,7 +473,7 @@ class DeploymentCreated(Created):
         else:  # it runs already: the plane does not admit what it only observes
             d.admission_phase, d.admission_reason = AdmissionPhase.ADMITTED, None
         d.granted_devices = 0
-        d.status, d.status_version, d.live_digests = None, 0, {}
+        d.status, d.status_version, d.live_digests, d.live_version = None, 0, {}, 0
         d.deleted = False
 
 
@@ -590,7 +593,7 @@ class LiveDigestsObserved(Event):
 
     def apply(self, d: Any) -> None:
         d.live_digests = dict(self.live_digests)
-        d.status_version = max(d.status_version, self.version)
+        d.live_version = max(d.live_version, self.version)
 
 
 class ImportedArgsObserved(Event):

@@ -344,6 +344,23 @@ def test_transient_conditions_keep_a_serving_deployment_serving() -> None:
     assert "DeploymentFailed" not in recorded(d)
 
 
+def test_live_digests_stamped_with_the_pods_version_leave_the_status_its_own_order() -> None:
+    """A DGD's status is ordered by the DGD's resourceVersion, a sync's live digests by the pods'
+    lists; on a real API server both come from one etcd revision counter, so the pods' is
+    usually ahead. A sync must not make the next status of the same DGD look old."""
+    d = managed()
+    admit(d)
+    d.record_status(cluster(), status(ClusterPhase.PROGRESSING, 0), version=5)
+    assert d.observe_live_digests(cluster(), {"svg_a": 2}, version=9)  # a sync: pods at 9
+    pulling = StatusCondition(reason="ImagePullBackOff", message="back-off", pods=1)
+    news = status(ClusterPhase.PROGRESSING, 1, conditions=(pulling,))
+    assert d.observe_status(cluster(), news, version=5)  # the same DGD, its pods changed
+    assert d.status == news
+    assert not d.observe_status(cluster(), status(ClusterPhase.UNKNOWN, 0), version=4)  # older
+    assert not d.observe_live_digests(cluster(), {}, version=8)  # an older list of pods
+    assert (d.status, d.live_digests) == (news, {"svg_a": 2})
+
+
 def test_a_permanent_failure_clears_when_the_cluster_takes_the_deployment() -> None:
     d = managed()
     admit(d)
