@@ -314,17 +314,26 @@ class Scheduler:
         pauses = [RETRY_AFTER] if self._retry else []
         if self.move_rules is not None:
             pauses.append(max(self._looked + self._look_every() - self._clock(), 0.0))
-        unsaved = self.ledger.position > self._saved[0]
-        if unsaved:
-            pauses.append(max(self._arrived_at + QUIET_SAVE - self._clock(), 0.0))
+        save_at = self._quiet_save_at()
+        if save_at is not None:
+            pauses.append(max(save_at - self._clock(), 0.0))
         self._between_passes = True  # a cancellation from here on leaves a ledger to save
         try:
             async with asyncio.timeout(min(pauses, default=None)):
                 await self._arrived.wait()
         except TimeoutError:
-            if unsaved and self._clock() - self._arrived_at >= QUIET_SAVE:
+            if save_at is not None and self._clock() >= save_at:
                 await self._save("quiet")
         self._between_passes = False
+
+    def _quiet_save_at(self) -> float | None:
+        """When the ledger is to be saved if nothing arrives meanwhile: `QUIET_SAVE` after the
+        last arrival, and no sooner than the share of the loop saves may hold allows (None:
+        nothing to save)."""
+        position, at = self._saved
+        if self._checkpoints is None or self.ledger.position <= position:
+            return None
+        return max(self._arrived_at + QUIET_SAVE, at + self._save_took * SAVE_SHARE)
 
     # -- folding -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from the whole history."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,32 @@ async def test_a_quiet_scheduler_saves_its_ledger_so_even_a_kill_folds_little(
 
         # far below the 50,000 records and 60 s after which a busy scheduler saves it
         await wait_for(saved, 20, "the ledger saved once the scheduler was quiet")
+
+
+async def test_a_quiet_save_the_loop_share_holds_back_waits_for_it_without_spinning(
+    nats_server: EmbeddedNatsServer,
+    client: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler, "QUIET_SAVE", 0.2)
+    monkeypatch.setattr(scheduler, "SAVE_SHARE", 10**9)  # after one save, none for ages
+    settings = Settings(nats_url=nats_server.url, store_url=None, data_dir=tmp_path / "hub")
+    async with running_hub(settings) as hub:
+        assert hub.scheduler is not None
+        deployment = await seed_deployment(client)
+        await caught_up(hub)
+
+        async def saved() -> bool:
+            return saved_at(settings) is not None
+
+        await wait_for(saved, 20, "the first quiet save")
+        first = saved_at(settings)
+        await inventory(client, 8, "inv-8")  # something new to save, which must wait
+        await wait_for(lambda: admitted(client, deployment, 2), 20, "the admission")
+        await caught_up(hub)
+        passes = hub.scheduler.passes
+        await asyncio.sleep(1.0)
+        # quiet: a pass per look for moves at most, not one per turn of the event loop
+        assert hub.scheduler.passes - passes < 20
+        assert saved_at(settings) == first
