@@ -160,6 +160,26 @@ STREAMS = [
 ]
 
 
+class _Client(Client):
+    """nats-py's client, whose `close` does not raise the client's own stray cancellation.
+
+    When the client cancels its reading task while that task waits for the socket to close (a
+    reconnect under way, or a read error being handled), the cancellation cancels the socket's
+    close waiter with it, and the next `close()` awaits that cancelled waiter and raises
+    CancelledError although nobody cancelled the caller. A process closing its connection on
+    the way out would stop there; so such a CancelledError is dropped, and one aimed at the
+    calling task still goes through."""
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            log.debug("nats: the socket's close waiter was cancelled by the client itself")
+
+
 async def connect(
     url: str,
     name: str,
@@ -173,7 +193,7 @@ async def connect(
     `inbox_prefix` replaces `_INBOX` for the replies this connection receives, which is how a
     server can let each user subscribe to its own replies only. A user that logs in gets
     `_INBOX_<user>` unless told otherwise (adapters/nats_auth.py allows it no other)."""
-    nc = Client()
+    nc = _Client()
     login_user = user if user is not None else _url_user(url)
     if inbox_prefix is None and login_user is not None:
         inbox_prefix = user_inbox_prefix(login_user)
