@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -193,6 +194,7 @@ class Fenced(Exception):
 # checks it in the transaction that inserts the events, so once a newer holder has raised it,
 # no save of an older one can commit, however late it arrives.
 FENCE_TABLE = "wingsmith_fence"
+PROBE_LOCKED_FOR = 30.0  # seconds a probe write retries a SQLite database other writers lock
 
 
 def _fence_check(cursor: Any, table: str, token: int | None, lock: str = "") -> None:
@@ -351,17 +353,26 @@ class EventStore:
         cannot be written succeeds, and so do reads: only a write tells."""
         datastore: Any = self._recorder.datastore  # type: ignore[attr-defined]
         table = self._table("wingsmith_probe")
-        try:
-            with datastore.transaction(commit=True) as cursor:
-                cursor.execute(
-                    f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, at TEXT)"
-                )
-                cursor.execute(
-                    f"INSERT INTO {table} VALUES (1, CAST(CURRENT_TIMESTAMP AS TEXT)) "
-                    "ON CONFLICT (id) DO UPDATE SET at = excluded.at"
-                )
-        except Exception as e:
-            raise NotWritable(str(e) or type(e).__name__) from e
+        deadline = time.monotonic() + PROBE_LOCKED_FOR
+        while True:
+            try:
+                with datastore.transaction(commit=True) as cursor:
+                    cursor.execute(
+                        f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, at TEXT)"
+                    )
+                    cursor.execute(
+                        f"INSERT INTO {table} VALUES (1, CAST(CURRENT_TIMESTAMP AS TEXT)) "
+                        "ON CONFLICT (id) DO UPDATE SET at = excluded.at"
+                    )
+                return
+            except Exception as e:
+                # SQLite answers "locked" at once, without waiting, when another connection
+                # wrote after this transaction read (hubs starting side by side): not a store
+                # that cannot be written
+                if "database is locked" in str(e) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise NotWritable(str(e) or type(e).__name__) from e
 
     def close(self) -> None:
         self._app.close()

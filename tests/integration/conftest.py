@@ -223,6 +223,9 @@ class HubProcess:
             return True
 
         await wait_for(ready, 30, "the hub to answer")
+        assert self.process is not None
+        if self.process.poll() is not None:  # another hub answered: this one did not start
+            raise AssertionError(f"the hub exited: {self.log.read_text()[-2000:]}")
 
     def kill(self) -> None:
         assert self.process is not None

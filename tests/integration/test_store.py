@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -200,3 +202,24 @@ def test_a_token_before_any_fence_is_refused(store: EventStore) -> None:
     with pytest.raises(Fenced):
         store.save(Project.register(PLANE, "a").collect_events(), fence=1)
     assert store.last_position() == 0
+
+
+def test_a_probe_write_waits_out_another_writers_lock_rather_than_call_the_store_unwritable(
+    tmp_path: Path,
+) -> None:
+    """Hubs starting side by side on one SQLite file lock it for each other now and then; the
+    probe a hub starts with waits that out (past SQLite's own busy timeout) instead of
+    refusing to start as if the file could not be written."""
+    store = EventStore(store_env(None, tmp_path))
+    other = sqlite3.connect(
+        tmp_path / "events.sqlite", isolation_level=None, check_same_thread=False
+    )
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        release = threading.Timer(6.0, lambda: other.execute("COMMIT"))  # past the 5 s timeout
+        release.start()
+        store.probe_write()
+        release.join()
+    finally:
+        store.close()
+        other.close()
