@@ -28,10 +28,11 @@ async def test_hub_on_a_three_node_cluster(tmp_path: Path) -> None:
                 info = await nc.jetstream().stream_info("WINGSMITH_EVENTS")
                 assert info.config.num_replicas == 3
 
-                async def relayed() -> bool:
-                    return len(await stream_ids(nc)) >= 6  # and admission's decision
+                async def relayed() -> bool:  # admission's decision included
+                    ids = await stream_ids(nc)
+                    return len(ids) >= 7 and ids == published(read_store(settings.data_dir))
 
-                await wait_for(relayed, 30, "events on the replicated stream")
+                await wait_for(relayed, 30, "every stored event on the replicated stream")
             assert await stream_ids(nc) == published(read_store(settings.data_dir))
         finally:
             await nc.close()
