@@ -356,19 +356,22 @@ class EventStore:
         deadline = time.monotonic() + PROBE_LOCKED_FOR
         while True:
             try:
+                # two transactions, as `fence` writes: one that read the schema before writing
+                # would be answered "locked" at once, not waited for, whenever another
+                # connection wrote in between (SQLite in WAL mode)
                 with datastore.transaction(commit=True) as cursor:
                     cursor.execute(
                         f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, at TEXT)"
                     )
+                with datastore.transaction(commit=True) as cursor:
                     cursor.execute(
                         f"INSERT INTO {table} VALUES (1, CAST(CURRENT_TIMESTAMP AS TEXT)) "
                         "ON CONFLICT (id) DO UPDATE SET at = excluded.at"
                     )
                 return
             except Exception as e:
-                # SQLite answers "locked" at once, without waiting, when another connection
-                # wrote after this transaction read (hubs starting side by side): not a store
-                # that cannot be written
+                # a lock another hub holds past SQLite's busy timeout: not a store that cannot
+                # be written
                 if "database is locked" in str(e) and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue

@@ -25,10 +25,10 @@ store disagree: it starts over from the store, and leaves that deployment undeci
 event changes it (otherwise the same refusal would start it over for ever). An event it cannot
 fold, or a deployment it cannot decide for, is set aside with the reason and the rest flow on.
 
-Every so often after a pass, when quiet, and when stopped between passes, the ledger is saved
-beside the projections' checkpoints (`adapters/checkpoints.py`), with the events of its own
-decisions still to come back; on start, and when it starts over, it resumes from the latest one
-and folds only what the store holds after it. A ledger saved by other code (another version of
+Every so often after a pass, when quiet, and when stopped (unless while deciding), the ledger
+is saved beside the projections' checkpoints (`adapters/checkpoints.py`), with the events of its
+own decisions still to come back; on start, and when it starts over, it resumes from the latest
+one and folds only what the store holds after it. A ledger saved by other code (another version of
 `domain/`) is not used: the whole history is folded instead, once.
 
 On a timer it also looks for the moves due (`domain/moves.py`: shares waiting too long, shares
@@ -96,8 +96,8 @@ LOOK_BOUNDS = (0.2, 30.0)  # seconds between looks for moves, at least and at mo
 # this many seconds have passed with at least one: a restart folds at most about that much.
 # Saving holds the loop (about 1.5 s for 100,000 workloads): never more than 1/SAVE_SHARE of it,
 # except when stopping. It is saved too once the scheduler has been quiet for QUIET_SAVE seconds
-# with something folded since the last save, and when it is stopped between passes, so a hub
-# restarted after a quiet spell or a clean stop folds next to nothing.
+# with something folded since the last save, and when it is stopped (unless while deciding), so
+# a hub restarted after a quiet spell or a clean stop folds next to nothing.
 CHECKPOINT_RECORDS, CHECKPOINT_SECONDS = 50_000, 60.0
 SAVE_SHARE = 50
 QUIET_SAVE = 2.0
@@ -177,7 +177,8 @@ class Scheduler:
         self._saved = (0, clock())  # the position of the last ledger saved or resumed, and when
         self.resumed_from = 0  # the position of the ledger the last start resumed from
         self._save_took = 0.0  # seconds the last save held the loop
-        self._between_passes = False  # waiting for events, the last pass done: a ledger to save
+        # decisions recorded in the ledger and sent, their answers not all in: no ledger to save
+        self._deciding = False
         self._arrived_at = clock()  # when the relay last handed something over
 
     # -- what the relay hands over ---------------------------------------------------------
@@ -217,7 +218,7 @@ class Scheduler:
         await supervise("scheduler", self._follow, logger=log)
 
     async def _follow(self) -> None:
-        self._wanted, self._moved, self._between_passes = {}, {}, False
+        self._wanted, self._moved, self._deciding = {}, {}, False
         self._overflow()
         self.published_upto = max(self.published_upto, await self._published_upto())
         self.ledger, self._own, self._retry = await self._resume()
@@ -262,10 +263,11 @@ class Scheduler:
         return Ledger(), set(), set()
 
     async def save_on_stop(self) -> None:
-        """Once its task is cancelled: save the ledger if the scheduler stopped between passes
-        and folded anything since the last save. Stopped in the middle of a pass (decisions on
-        their way, their answers unknown), it keeps the last save."""
-        if self._between_passes:
+        """Once its task is cancelled: save the ledger if anything was folded since the last
+        save, unless it stopped while deciding (decisions recorded and sent, their answers
+        unknown): then the last save stands. A ledger folded further than it decided is fine
+        to save, since a start decides for every deployment anyway."""
+        if not self._deciding:
             await self._save("stopping")
 
     async def _save(self, when: Literal["after a pass", "quiet", "stopping"]) -> None:
@@ -286,11 +288,13 @@ class Scheduler:
         finally:
             gc.enable()
         self._save_took = time.perf_counter() - started
-        self._saved = (self.ledger.position, self._clock())
+        position = self.ledger.position
         try:
-            await self._checkpoints.save(self.ledger.position, LEDGER_FORMAT, state)
+            await self._checkpoints.save(position, LEDGER_FORMAT, state)
         except Exception as e:  # admission goes on; the next start folds a little more
             log.warning("could not save the ledger: %s: %s", type(e).__name__, e)
+        # not before: a save cancelled before the store thread took it is for the stop to make
+        self._saved = (position, self._clock())
 
     async def _catch_up(self) -> bool:
         """Fold up to `CATCH_UP_LIMIT` records from the store; False once caught up with what
@@ -317,14 +321,12 @@ class Scheduler:
         save_at = self._quiet_save_at()
         if save_at is not None:
             pauses.append(max(save_at - self._clock(), 0.0))
-        self._between_passes = True  # a cancellation from here on leaves a ledger to save
         try:
             async with asyncio.timeout(min(pauses, default=None)):
                 await self._arrived.wait()
         except TimeoutError:
             if save_at is not None and self._clock() >= save_at:
                 await self._save("quiet")
-        self._between_passes = False
 
     def _quiet_save_at(self) -> float | None:
         """When the ledger is to be saved if nothing arrives meanwhile: `QUIET_SAVE` after the
@@ -388,11 +390,13 @@ class Scheduler:
         self.ledger.to_place.update(dict.fromkeys(self._retry))
         self._retry.clear()
         wanted, self._wanted = self._wanted, {}
+        self._deciding = True  # cancelled from here until the answers are in: nothing to save
         decisions = self._decide(list(wanted))
         placements = self._placements() + self._moves_due()
         touched = await self._send(decisions, placements, wanted)
         if touched:
             await self._send(self._decide(list(touched)), [], touched)
+        self._deciding = False
         self._moved.clear()  # a placement tried again continues no chain
         await self._hand_aside()
         self.position = self.ledger.position
